@@ -1,0 +1,136 @@
+"""Executor: call the chosen provider, publish the outcome, feed it back, answer when final.
+
+Executors scale across workers: the dispatch topic is keyed by request id and
+each worker runs ``executor_concurrency`` calls at once. One pooled HTTP client
+per process, closed when the worker shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from faust import StreamT
+
+from app import metrics
+from app.config import ModelSpec, ProviderConfig
+from app.events import (
+    AttemptFinished,
+    Dispatch,
+    ErrorBody,
+    Outcome,
+    Response,
+    StatusClass,
+    derived_id,
+)
+from app.execution.call import CallResult, build_outcome, call_provider, is_final
+from app.execution.http import make_client
+from app.faust_app import (
+    app,
+    dispatch_topic,
+    outcomes_topic,
+    responses_topic,
+    routing_topic,
+    settings,
+)
+from app.runtime import policy_holder
+
+log = logging.getLogger(__name__)
+_client: httpx.AsyncClient | None = None
+
+
+def shared_client() -> httpx.AsyncClient:
+    global _client
+    if _client is None:
+        _client = make_client()
+    return _client
+
+
+@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
+async def _close_client(sender: Any, *args: Any, **kwargs: Any) -> None:
+    global _client
+    if _client is not None:
+        await _client.aclose()
+        _client = None
+
+
+@app.agent(dispatch_topic, concurrency=settings.executor_concurrency)
+async def execute(stream: StreamT[bytes]) -> None:
+    async for raw in stream:
+        dispatch = Dispatch.model_validate_json(raw)
+        decision = dispatch.decision
+        provider = policy_holder().current.config.provider_by_id.get(decision.provider)
+        if provider is None:
+            # Decided under a config that had this provider; the one in force has not.
+            provider = _removed_provider(decision.provider)
+            result = CallResult(
+                StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
+            )
+        else:
+            result = await call_provider(
+                shared_client(),
+                provider,
+                decision.model,
+                dispatch.accepted.request,
+                dispatch.timeout_s,
+            )
+        final = is_final(dispatch, result)
+        outcome = build_outcome(
+            dispatch, result, provider, occurred_at=datetime.now(UTC), final=final
+        )
+        _observe(outcome)
+        await _publish(dispatch, outcome, result, final)
+
+
+async def _publish(dispatch: Dispatch, outcome: Outcome, result: CallResult, final: bool) -> None:
+    request_id = outcome.request_id
+    await outcomes_topic.send(key=request_id.encode(), value=outcome.model_dump_json())
+    finished = AttemptFinished(
+        id=derived_id("finished", request_id, outcome.attempt),
+        occurred_at=outcome.occurred_at,
+        outcome=outcome,
+        tried=[*dispatch.tried, outcome.deployment],
+        retry=None if final else dispatch.accepted,
+    )
+    await routing_topic.send(key=outcome.route.encode(), value=finished.model_dump_json())
+    if final:
+        response = final_response(outcome, result)
+        await responses_topic.send(key=request_id.encode(), value=response.model_dump_json())
+        metrics.RESPONSES.labels(status=response.status, source="executor").inc()
+
+
+def _removed_provider(provider_id: str) -> ProviderConfig:
+    return ProviderConfig(id=provider_id, base_url="http://0.0.0.0", models=[ModelSpec(name="-")])
+
+
+def final_response(outcome: Outcome, result: CallResult) -> Response:
+    ok = result.completion is not None and outcome.status_class == "success"
+    return Response(
+        id=derived_id("response", outcome.request_id),
+        occurred_at=outcome.occurred_at,
+        request_id=outcome.request_id,
+        status="ok" if ok else "error",
+        attempts=outcome.attempt,
+        deployment=outcome.deployment,
+        completion=result.completion if ok else None,
+        error=None
+        if ok
+        else ErrorBody(
+            type=outcome.status_class.value,
+            message=outcome.error or outcome.status_class.value,
+            code="provider_error",
+            http_status=outcome.http_status,
+        ),
+    )
+
+
+def _observe(outcome: Outcome) -> None:
+    provider = outcome.provider
+    metrics.OUTCOMES.labels(provider=provider, status_class=outcome.status_class.value).inc()
+    metrics.PROVIDER_LATENCY.labels(provider=provider).observe(outcome.latency_ms / 1000.0)
+    metrics.TOKENS.labels(provider=provider, kind="input").inc(outcome.tokens_in)
+    metrics.TOKENS.labels(provider=provider, kind="output").inc(outcome.tokens_out)
+    metrics.TOKENS.labels(provider=provider, kind="cached").inc(outcome.tokens_cached)
+    metrics.COST_USD.labels(provider=provider).inc(outcome.cost_usd)

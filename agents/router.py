@@ -1,0 +1,95 @@
+"""Router: the single writer of a route's state. Folds the routing log in order.
+
+Read the row, call :func:`app.routing.fold.handle`, write the row, send what it
+produced. Nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from faust import StreamT
+from faust.types import EventT
+from pydantic import TypeAdapter, ValidationError
+
+from agents.ingest import log_time, position_of
+from app import metrics
+from app.events import RoutingLogEvent
+from app.faust_app import (
+    app,
+    deadletter_topic,
+    decisions_topic,
+    dispatch_topic,
+    responses_topic,
+    routing_topic,
+    settings,
+)
+from app.ingest import dead_letter
+from app.routing.fold import Step, handle
+from app.routing.state import BREAKER_GAUGE
+from app.runtime import policy_holder
+from tables.routing import load_route_state, save_route_state
+
+log = logging.getLogger(__name__)
+_routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
+
+
+@app.agent(routing_topic)
+async def route(stream: StreamT[bytes]) -> None:
+    async for event in stream.events():
+        try:
+            parsed = _routing_event.validate_json(event.value)
+        except ValidationError as exc:
+            await _dead_letter(event, f"unreadable routing-log event: {exc.error_count()} error(s)")
+            continue
+        try:
+            await _fold(parsed, event.message.offset)
+        except Exception as exc:  # a bug must not stop the route: record it and go on
+            log.exception("router failed on %s", position_of(event))
+            await _dead_letter(event, f"router error: {type(exc).__name__}")
+
+
+async def _fold(parsed: RoutingLogEvent, offset: int) -> None:
+    route_name = parsed.route if parsed.type == "request.accepted" else parsed.outcome.route
+    started = time.perf_counter()
+    step = handle(load_route_state(route_name), parsed, offset, policy_holder().current)
+    metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
+    save_route_state(route_name, step.state)
+    await _publish(step)
+    metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
+    _export_breakers(step)
+
+
+async def _dead_letter(event: EventT[bytes], detail: str) -> None:
+    letter = dead_letter(
+        "internal",
+        detail,
+        event.value or b"",
+        position_of(event),
+        log_time(event),
+        settings.deadletter_max_bytes,
+    )
+    await deadletter_topic.send(key=letter.id.encode(), value=letter.model_dump_json())
+
+
+async def _publish(step: Step) -> None:
+    for dispatch in step.dispatches:
+        decision = dispatch.decision
+        key = decision.request_id.encode()
+        await decisions_topic.send(key=key, value=decision.model_dump_json())
+        await dispatch_topic.send(key=key, value=dispatch.model_dump_json())
+        metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
+    for response in step.responses:
+        await responses_topic.send(
+            key=response.request_id.encode(), value=response.model_dump_json()
+        )
+        metrics.RESPONSES.labels(status=response.status, source="router").inc()
+
+
+def _export_breakers(step: Step) -> None:
+    for deployment, arm in step.state.arms.items():
+        provider = deployment.split(":", 1)[0]
+        metrics.CIRCUIT_BREAKER_STATE.labels(provider=provider).set(
+            BREAKER_GAUGE[arm.breaker.state]
+        )

@@ -1,0 +1,103 @@
+"""The ``switchyard`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Sequence
+
+from app.config import ConfigError
+
+
+def _worker(_: argparse.Namespace) -> int:
+    from faust import Worker
+
+    import agents
+    from app import web
+    from app.faust_app import app as faust_app
+    from app.faust_app import settings
+    from app.runtime import policy_holder
+
+    registered = (agents, web)  # importing them registers the agents and the views
+    assert registered
+    policy_holder().load()  # fail fast, with one clear line, on a bad providers file
+    worker = Worker(faust_app, loglevel=settings.log_level, quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from app import demo
+
+    return demo.main(args.requests, args.rate, args.seed, args.json, args.timeout)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from app.embedded.stack import EmbeddedStack
+
+    async def run() -> None:
+        async with EmbeddedStack(seed=args.seed) as stack:
+            print(f"broker={stack.broker.bootstrap}", flush=True)
+            for provider_id, url in stack.providers.base_urls().items():
+                print(f"provider {provider_id} {url}", flush=True)
+            print(f"providers file {stack.providers_file}", flush=True)
+            print("worker running; Ctrl-C to stop", flush=True)
+            while all(w.running for w in stack.workers):
+                await asyncio.sleep(0.5)
+            print("worker exited", file=sys.stderr)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+def _schemas(args: argparse.Namespace) -> int:
+    from app import schemas
+
+    stale = schemas.write_or_check(check=args.check)
+    if stale and args.check:
+        print("stale schemas: " + ", ".join(stale), file=sys.stderr)
+        return 1
+    if stale:
+        print("wrote " + ", ".join(stale))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    worker = commands.add_parser("worker", help="run a worker against SWITCHYARD_BROKER")
+    worker.set_defaults(run=_worker)
+
+    demo = commands.add_parser("demo", help="run the whole path on the embedded stack")
+    demo.add_argument("--requests", type=int, default=500)
+    demo.add_argument("--rate", type=float, default=100.0, help="requests per second")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--timeout", type=float, default=150.0, help="seconds before giving up")
+    demo.add_argument("--json", action="store_true", help="also print one JSON summary line")
+    demo.set_defaults(run=_demo)
+
+    up = commands.add_parser("up", help="run the embedded stack in the foreground")
+    up.add_argument("--seed", type=int, default=0)
+    up.set_defaults(run=_up)
+
+    schemas = commands.add_parser("schemas", help="write the event JSON Schemas to schemas/")
+    schemas.add_argument("--check", action="store_true", help="only report stale files")
+    schemas.set_defaults(run=_schemas)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except ConfigError as exc:
+        print(f"switchyard: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""A small aiokafka client for platforms, tools and tests: publish requests, follow topics.
+
+``TopicFollower`` assigns every partition of its topics itself (no consumer
+group, so no rebalance wait) and reads from the beginning: on a memory broker
+that is the whole history, and it never misses a record that raced its start.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+
+
+class RequestPublisher:
+    def __init__(self, bootstrap: str, topic: str = "llm.requests") -> None:
+        self.topic = topic
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+
+    async def start(self) -> RequestPublisher:
+        await self._producer.start()
+        return self
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def publish(self, request: dict[str, Any] | bytes, key: bytes | None = None) -> None:
+        value = request if isinstance(request, bytes) else json.dumps(request).encode()
+        await self._producer.send(self.topic, value=value, key=key)
+
+    async def flush(self) -> None:
+        await self._producer.flush()
+
+
+class TopicFollower:
+    def __init__(self, bootstrap: str, topics: Iterable[str]) -> None:
+        self.topics = list(topics)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None
+        )
+
+    async def start(self) -> TopicFollower:
+        await self._consumer.start()
+        partitions = []
+        for topic in self.topics:
+            for number in sorted(await self._partitions(topic)):
+                partitions.append(TopicPartition(topic, number))
+        self._consumer.assign(partitions)
+        await self._consumer.seek_to_beginning(*partitions)
+        return self
+
+    async def _partitions(self, topic: str) -> set[int]:
+        await self._consumer._client.force_metadata_update()
+        found = self._consumer.partitions_for_topic(topic)
+        if not found:
+            raise LookupError(f"topic {topic!r} does not exist")
+        return set(found)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def poll(self, timeout_ms: int = 200) -> list[ConsumerRecord[bytes, bytes]]:
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms)
+        return [record for records in batches.values() for record in records]
+
+    async def __aiter__(self) -> AsyncIterator[ConsumerRecord[bytes, bytes]]:
+        while True:
+            for record in await self.poll():
+                yield record

@@ -1,0 +1,205 @@
+"""``providers.yaml``: providers (seed 003's fields, seed 000's ``models:``) grouped into routes.
+
+A deployment is one (provider, model) pair, named ``provider:model`` as seed 004
+pins them. A route is an alias a request names in ``model`` (``"chat"``) and the
+ordered list of providers it may use; order is the deterministic tie-break.
+
+API keys are interpolated from the environment (``${NAME}``), held as
+``SecretStr`` and left out of ``routing_view()``, the config hash, ``repr``
+and every error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+#: Seed 000's COST_PER_1M table ($ per 1M tokens), resolved by provider-id prefix.
+SEED_COST_PER_1M: dict[str, float] = {
+    "cerebras": 0.20,
+    "groq": 0.30,
+    "deepseek": 0.50,
+    "deepinfra": 0.60,
+    "together": 0.80,
+    "fireworks": 0.90,
+    "cohere": 1.00,
+    "perplexity": 1.00,
+    "gemini": 1.25,
+    "ai21": 1.50,
+    "mistral": 2.00,
+    "openrouter": 3.00,
+    "openai": 5.00,
+    "anthropic": 8.00,
+    "huggingface": 0.00,
+}
+DEFAULT_COST_PER_1M = 2.0
+
+
+class ConfigError(ValueError):
+    """The providers file is missing, malformed, or refers to something that does not exist."""
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    specialized: str | None = None
+
+
+class ProviderConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    base_url: str = Field(pattern=r"^https?://[^\s/?#]+[^\s]*$")
+    api_key: SecretStr = SecretStr("")
+    cost_per_mtok_input: float = Field(default=0.0, ge=0.0)
+    cost_per_mtok_output: float = Field(default=0.0, ge=0.0)
+    cost_per_mtok_cached_input: float | None = Field(default=None, ge=0.0)
+    #: The single $/1M figure of seed 000's cost bonus. Default: COST_PER_1M by id prefix.
+    cost_per_mtok: float | None = Field(default=None, ge=0.0)
+    max_concurrency: int = Field(default=100, ge=1)
+    weight_initial: float = Field(default=0.0, ge=0.0)
+    p95_latency_baseline_ms: float = Field(default=1000.0, gt=0.0)
+    timeout_ms: int = Field(default=30_000, ge=1)
+    models: list[ModelSpec] = Field(min_length=1)
+
+    @property
+    def default_model(self) -> str:
+        for spec in self.models:
+            if spec.specialized is None:
+                return spec.name
+        return self.models[0].name
+
+    @property
+    def bonus_cost_per_mtok(self) -> float:
+        if self.cost_per_mtok is not None:
+            return self.cost_per_mtok
+        return SEED_COST_PER_1M.get(self.id.split("-")[0], DEFAULT_COST_PER_1M)
+
+    @property
+    def cached_input_price(self) -> float:
+        """Cached input is billed at its own price when configured, else as plain input."""
+        if self.cost_per_mtok_cached_input is not None:
+            return self.cost_per_mtok_cached_input
+        return self.cost_per_mtok_input
+
+
+class RouteConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    providers: list[str] = Field(min_length=1)
+    max_attempts: int | None = Field(default=None, ge=1, le=10)
+
+
+class RoutingConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    providers: list[ProviderConfig] = Field(min_length=1)
+    routes: dict[str, RouteConfig] = Field(default_factory=dict)
+    default_route: str = "chat"
+
+    @model_validator(mode="after")
+    def _check_references(self) -> RoutingConfig:
+        ids = [p.id for p in self.providers]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate provider ids: {', '.join(duplicates)}")
+        for name, route in self.routes.items():
+            unknown = [p for p in route.providers if p not in ids]
+            if unknown:
+                raise ValueError(f"routes.{name}.providers: unknown provider(s) {unknown}")
+        if self.routes and self.default_route not in self.routes:
+            raise ValueError(f"default_route {self.default_route!r} is not a route")
+        return self
+
+    @cached_property
+    def provider_by_id(self) -> dict[str, ProviderConfig]:
+        return {p.id: p for p in self.providers}
+
+    def route_names(self) -> list[str]:
+        return list(self.routes) if self.routes else [self.default_route]
+
+    def route_providers(self, route: str) -> list[ProviderConfig]:
+        """The providers of a route, in config order. Raises KeyError for an unknown route."""
+        if not self.routes and route == self.default_route:
+            return list(self.providers)
+        return [self.provider_by_id[p] for p in self.routes[route].providers]
+
+    def resolve_route(self, model: str | None) -> str | None:
+        """The route a request's ``model`` names, or None when it names none."""
+        name = model or self.default_route
+        return name if name in self.route_names() else None
+
+    def routing_view(self) -> dict[str, Any]:
+        """Everything that can change a decision, without secrets. Hashed into decisions."""
+        return self.model_dump(mode="json", exclude={"providers": {"__all__": {"api_key"}}})
+
+    @cached_property
+    def config_hash(self) -> str:
+        canonical = json.dumps(self.routing_view(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def deployment_id(provider: str, model: str) -> str:
+    return f"{provider}:{model}"
+
+
+def _interpolate(value: Any, path: str, env: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _interpolate(v, f"{path}.{k}" if path else str(k), env) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_interpolate(v, f"{path}[{i}]", env) for i, v in enumerate(value)]
+    if isinstance(value, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"{path}: environment variable {name} is not set")
+            return env[name]
+
+        return _ENV_REF.sub(substitute, value)
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    # Never echo the offending input: it could be a key.
+    return f"{where}: {first['msg']}"
+
+
+def parse_config(data: Any, env: dict[str, str] | None = None) -> RoutingConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("providers file must be a mapping with a 'providers' list")
+    resolved = _interpolate(data, "", dict(os.environ) if env is None else env)
+    try:
+        return RoutingConfig.model_validate(resolved)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_config(path: Path, env: dict[str, str] | None = None) -> RoutingConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read providers file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc.__class__.__name__}") from None
+    try:
+        return parse_config(data, env)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

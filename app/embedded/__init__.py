@@ -1,0 +1,1 @@
+"""Embedded, network-free stand-ins for ``switchyard demo`` (e.g. simulated providers)."""

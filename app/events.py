@@ -1,0 +1,245 @@
+"""The event contract: frozen pydantic v2 models, one per record type.
+
+Every event carries a small envelope (``id``, ``type``, ``schema_version``,
+``occurred_at``). Ids of derived events are deterministic (UUIDv5 of what they
+are about), so a replay or a redelivery produces the same id and consumers can
+drop duplicates by id.
+
+Decision and outcome events never carry prompt or completion text; at most a
+prompt hash and its length. The JSON Schemas in ``schemas/`` are generated from
+these models (``switchyard schemas``) and a test fails when they are stale.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+_ID_NAMESPACE = uuid.UUID("5d1c3b52-6f0e-4c1e-9a44-7a9b1f3f0c11")
+
+
+def derived_id(*parts: object) -> str:
+    """A stable event id from what the event is about."""
+    return str(uuid.uuid5(_ID_NAMESPACE, "/".join(str(p) for p in parts)))
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Envelope(Frozen):
+    id: str
+    schema_version: int = SCHEMA_VERSION
+    occurred_at: datetime
+
+
+# --------------------------------------------------------------------------- input
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI chat message. Extra keys (name, tool_calls ...) pass through."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool", "developer", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """What a platform publishes on ``llm.requests``. Unknown fields are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    request_id: Annotated[str, Field(min_length=1, max_length=200)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    session_id: str | None = None
+    tenant: str | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("request_id")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable():
+            raise ValueError("request_id must be printable")
+        return value
+
+
+class LogPosition(Frozen):
+    topic: str
+    partition: int
+    offset: int
+
+
+# --------------------------------------------------------------------------- routing log
+
+
+class RequestAccepted(Envelope):
+    """A valid request, on the routing log, keyed by route. Internal: carries the prompt."""
+
+    type: Literal["request.accepted"] = "request.accepted"
+    request: ChatRequest
+    route: str
+    prompt_sha256: str
+    prompt_chars: int
+    source: LogPosition
+
+
+class StatusClass(StrEnum):
+    SUCCESS = "success"
+    CLIENT_ERROR = "client_error"
+    AUTH_ERROR = "auth_error"
+    RATE_LIMITED = "rate_limited"
+    SERVER_ERROR = "server_error"
+    TIMEOUT = "timeout"
+    CONNECTION_ERROR = "connection_error"
+    BAD_RESPONSE = "bad_response"
+
+
+class Outcome(Envelope):
+    """One attempt's result, on ``llm.outcomes``. No prompt or completion text."""
+
+    type: Literal["attempt.outcome"] = "attempt.outcome"
+    request_id: str
+    attempt: int
+    route: str
+    deployment: str
+    provider: str
+    model: str
+    decision_id: str
+    status_class: StatusClass
+    http_status: int | None
+    latency_ms: float
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    cost_usd: float = 0.0
+    reward: float
+    finish_reason: str | None = None
+    retriable: bool
+    #: The provider's Retry-After, in seconds, when it sent one.
+    retry_after_s: float | None = None
+    #: True when this attempt ended the request (its response has been published).
+    final: bool
+    error: str | None = None
+
+
+class AttemptFinished(Envelope):
+    """Feedback on the routing log. When ``retry`` is set the router routes it again."""
+
+    type: Literal["attempt.finished"] = "attempt.finished"
+    outcome: Outcome
+    #: Deployments tried so far by this request, this attempt's included.
+    tried: list[str]
+    retry: RequestAccepted | None = None
+
+
+RoutingLogEvent = Annotated[RequestAccepted | AttemptFinished, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class Candidate(Frozen):
+    deployment: str
+    #: None for an arm never tried, which seed 000 picks before any score.
+    score: float | None
+    #: Per-factor contributions; for UCB1 they add up to ``score``.
+    factors: dict[str, float]
+
+
+class Exclusion(Frozen):
+    deployment: str
+    reason: str
+
+
+class Decision(Envelope):
+    """Which deployment an attempt goes to, and why. No prompt text."""
+
+    type: Literal["routing.decision"] = "routing.decision"
+    request_id: str
+    attempt: int
+    route: str
+    deployment: str
+    provider: str
+    model: str
+    strategy: str
+    algorithm_version: str
+    candidates: list[Candidate]
+    excluded: list[Exclusion]
+    config_hash: str
+    #: Routing-log offset of the event this decision was computed at.
+    state_version: int
+    propensity: float
+    prompt_sha256: str
+    prompt_chars: int
+
+
+class Dispatch(Envelope):
+    """Internal: a decision plus the request it routes, for the executors."""
+
+    type: Literal["attempt.dispatch"] = "attempt.dispatch"
+    decision: Decision
+    accepted: RequestAccepted
+    timeout_s: float
+    max_attempts: int
+    #: Deployments tried by earlier attempts of this request.
+    tried: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- output
+
+
+class ErrorBody(Frozen):
+    type: str
+    message: str
+    code: str | None = None
+    http_status: int | None = None
+
+
+class Response(Envelope):
+    """Exactly one per accepted request, on ``llm.responses``."""
+
+    type: Literal["chat.response"] = "chat.response"
+    request_id: str
+    status: Literal["ok", "error"]
+    attempts: int
+    deployment: str | None = None
+    completion: dict[str, Any] | None = None
+    error: ErrorBody | None = None
+
+
+class DeadLetter(Envelope):
+    """An input that could not be accepted, with a machine-readable reason."""
+
+    type: Literal["deadletter"] = "deadletter"
+    reason: Literal[
+        "not_json", "not_object", "schema_violation", "unknown_route", "oversized", "internal"
+    ]
+    detail: str
+    source: LogPosition
+    original_size: int
+    original_truncated: bool
+    #: The original bytes (up to the bound), base64-encoded: lossless for any input.
+    original_base64: str
+
+
+PUBLIC_EVENTS: dict[str, type[BaseModel]] = {
+    "chat_request": ChatRequest,
+    "decision": Decision,
+    "outcome": Outcome,
+    "response": Response,
+    "deadletter": DeadLetter,
+}
+INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
+    "request_accepted": RequestAccepted,
+    "attempt_finished": AttemptFinished,
+    "dispatch": Dispatch,
+}

@@ -1,0 +1,1 @@
+"""The executor's provider call: one pooled HTTP client, one call, one outcome."""

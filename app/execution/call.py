@@ -1,0 +1,362 @@
+"""One provider call: POST an OpenAI chat completion, classify what came back.
+
+``call_provider`` never raises for anything the provider or the network does;
+every result is a ``CallResult`` with a ``StatusClass``. Error strings are built
+here from fixed words, HTTP statuses, short provider error codes and exception
+class names, never from exception text or headers, and are scrubbed of the API
+key besides, so they are safe to publish on ``llm.outcomes``.
+
+``build_outcome`` turns a result into the ``Outcome`` event of its attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Final
+
+import httpx
+
+from app.config import ProviderConfig
+from app.events import ChatRequest, Dispatch, Outcome, StatusClass, derived_id
+from app.routing.reliability import classify_http_status, is_retriable
+
+#: A 2xx whose first choice ends with one of these is not a usable completion.
+ERROR_FINISH_REASONS: Final = frozenset({"error"})
+
+#: Provider error codes short and plain enough to quote in an error string.
+_ERROR_CODE: Final = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_REDACTED: Final = "[redacted]"
+_MAX_PROVIDER_TEXT: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """What one provider call came to. ``completion`` is set on success only."""
+
+    status_class: StatusClass
+    http_status: int | None
+    latency_ms: float
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    finish_reason: str | None = None
+    completion: dict[str, Any] | None = None
+    error: str | None = None
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+
+
+# --------------------------------------------------------------------------- the call
+
+
+async def call_provider(
+    client: httpx.AsyncClient,
+    provider: ProviderConfig,
+    model: str,
+    request: ChatRequest,
+    timeout_s: float,
+) -> CallResult:
+    """POST ``{base_url}/chat/completions`` and classify the answer.
+
+    ``timeout_s`` bounds the whole call (connect, send, wait, read the body),
+    not just each network operation.
+    """
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    key = provider.api_key.get_secret_value()
+    if key and not _is_header_safe(key):
+        return CallResult(
+            StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
+        )
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.post(
+                chat_completions_url(provider.base_url),
+                json=request_body(model, request),
+                headers=_headers(key),
+                timeout=timeout_s,
+            )
+    except (httpx.TimeoutException, TimeoutError):
+        return _failure(StatusClass.TIMEOUT, f"timeout after {timeout_s:g}s", started, key)
+    except httpx.DecodingError as exc:  # a body that does not decode as its Content-Encoding
+        return _failure(StatusClass.BAD_RESPONSE, type(exc).__name__, started, key)
+    except httpx.TransportError as exc:
+        return _failure(StatusClass.CONNECTION_ERROR, type(exc).__name__, started, key)
+    return classify_response(response, _elapsed_ms(started), key)
+
+
+def chat_completions_url(base_url: str) -> str:
+    return base_url.rstrip("/") + "/chat/completions"
+
+
+def request_body(model: str, request: ChatRequest) -> dict[str, Any]:
+    """The OpenAI request body: the deployment's model, the request's messages and knobs."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [m.model_dump(mode="json", exclude_none=True) for m in request.messages],
+    }
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    return body
+
+
+def _headers(key: str) -> dict[str, str]:
+    headers = {"Accept": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def _is_header_safe(value: str) -> bool:
+    return value.isascii() and value.isprintable()
+
+
+def _elapsed_ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0
+
+
+def _failure(status_class: StatusClass, error: str, started: float, key: str) -> CallResult:
+    return CallResult(status_class, None, _elapsed_ms(started), error=_scrub(error, key))
+
+
+def _scrub(text: str, key: str) -> str:
+    return text.replace(key, _REDACTED) if key else text
+
+
+def _short(text: str, key: str) -> str:
+    """Provider-chosen text, cut to a bounded length and scrubbed of the key."""
+    return _scrub(text, key)[:_MAX_PROVIDER_TEXT]
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def classify_response(response: httpx.Response, latency_ms: float, key: str = "") -> CallResult:
+    """The result of a call that got an HTTP response (its body already read)."""
+    status = response.status_code
+    if not 200 <= status < 300:
+        return CallResult(
+            classify_http_status(status),
+            status,
+            latency_ms,
+            error=_scrub(_http_error(status, response.content), key),
+            retry_after_s=parse_retry_after(response.headers),
+        )
+    body = _json_object(response.content)
+    if body is None:
+        return CallResult(StatusClass.BAD_RESPONSE, status, latency_ms, error="malformed JSON body")
+    usage = _usage(body.get("usage"))
+    problem, finish_reason = _check_completion(body)
+    if finish_reason is not None:
+        finish_reason = _short(finish_reason, key)
+    return CallResult(
+        StatusClass.BAD_RESPONSE if problem else StatusClass.SUCCESS,
+        status,
+        latency_ms,
+        tokens_in=usage.tokens_in,
+        tokens_out=usage.tokens_out,
+        tokens_cached=usage.tokens_cached,
+        finish_reason=finish_reason,
+        completion=None if problem else body,
+        error=_short(problem, key) if problem else None,
+    )
+
+
+def _json_object(content: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(content)
+    except (ValueError, RecursionError):  # ValueError covers bad UTF-8 too
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _check_completion(body: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(what is wrong with the completion or None, its finish reason)."""
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "missing choices", None
+    first = choices[0]
+    finish_reason = first.get("finish_reason")
+    if finish_reason is not None and not isinstance(finish_reason, str):
+        return "invalid finish_reason", None
+    if not isinstance(first.get("message"), dict):
+        return "missing choices[0].message", finish_reason
+    if finish_reason in ERROR_FINISH_REASONS:
+        return f"finish_reason {finish_reason}", finish_reason
+    return None, finish_reason
+
+
+def _http_error(status: int, content: bytes) -> str:
+    """``HTTP 429``, plus the provider's error code when it is a plain identifier."""
+    code = _provider_error_code(content)
+    return f"HTTP {status} ({code})" if code else f"HTTP {status}"
+
+
+def _provider_error_code(content: bytes) -> str | None:
+    body = _json_object(content)
+    error = body.get("error") if body else None
+    if not isinstance(error, dict):
+        return None
+    for field in ("code", "type"):
+        value = error.get(field)
+        if isinstance(value, str) and _ERROR_CODE.match(value):
+            return value
+    return None
+
+
+# --------------------------------------------------------------------------- usage
+
+
+def _usage(usage: object) -> _Usage:
+    if not isinstance(usage, dict):
+        return _Usage()
+    return _Usage(
+        tokens_in=_count(usage.get("prompt_tokens")),
+        tokens_out=_count(usage.get("completion_tokens")),
+        tokens_cached=_cached_tokens(usage),
+    )
+
+
+def _cached_tokens(usage: dict[str, Any]) -> int:
+    """Cached prompt tokens, wherever the provider reports them (seed 003 error n°3).
+
+    OpenAI: ``prompt_tokens_details.cached_tokens``; some compatible servers:
+    ``cached_tokens``; Anthropic-style: ``cache_read_input_tokens``.
+    """
+    details = usage.get("prompt_tokens_details")
+    candidates = (
+        details.get("cached_tokens") if isinstance(details, dict) else None,
+        usage.get("cached_tokens"),
+        usage.get("cache_read_input_tokens"),
+    )
+    return next((_count(c) for c in candidates if c is not None), 0)
+
+
+def _count(value: object) -> int:
+    """A token count: a non-negative finite number, else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
+
+
+# --------------------------------------------------------------------------- Retry-After
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP-date).
+
+    An HTTP-date is measured against the response's own ``Date`` header, which
+    needs no local clock and is immune to skew; without ``Date`` it gives None.
+    """
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    return _date_delta(value, headers.get("date"))
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _date_delta(value: str, date: str | None) -> float | None:
+    if date is None:
+        return None
+    try:
+        until, now = parsedate_to_datetime(value), parsedate_to_datetime(date)
+        delta = (until - now).total_seconds()
+    except (TypeError, ValueError, IndexError):  # unparsable, or naive minus aware
+        return None
+    return max(0.0, delta)
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+def cost_usd(
+    provider: ProviderConfig, tokens_in: int, tokens_out: int, tokens_cached: int
+) -> float:
+    """Dollars for one call: uncached input, cached input and output, priced per 1M tokens."""
+    billable_in = max(0, tokens_in - tokens_cached)
+    return (
+        billable_in * provider.cost_per_mtok_input
+        + tokens_cached * provider.cached_input_price
+        + tokens_out * provider.cost_per_mtok_output
+    ) / 1_000_000
+
+
+def reward(status_class: StatusClass) -> float:
+    return 1.0 if status_class is StatusClass.SUCCESS else 0.0
+
+
+def is_final(dispatch: Dispatch, result: CallResult) -> bool:
+    """True unless the attempt failed in a retriable way and attempts remain."""
+    retriable = is_retriable(result.status_class, result.http_status)
+    return not (retriable and dispatch.decision.attempt < dispatch.max_attempts)
+
+
+def build_outcome(
+    dispatch: Dispatch,
+    result: CallResult,
+    provider: ProviderConfig,
+    *,
+    occurred_at: datetime,
+    final: bool,
+) -> Outcome:
+    """The ``Outcome`` event of the dispatched attempt. Carries no prompt or completion text."""
+    decision = dispatch.decision
+    if provider.id != decision.provider:
+        raise ValueError(f"provider {provider.id!r} is not the decision's {decision.provider!r}")
+    return Outcome(
+        id=derived_id("outcome", decision.request_id, decision.attempt),
+        occurred_at=occurred_at,
+        request_id=decision.request_id,
+        attempt=decision.attempt,
+        route=decision.route,
+        deployment=decision.deployment,
+        provider=decision.provider,
+        model=decision.model,
+        decision_id=decision.id,
+        status_class=result.status_class,
+        http_status=result.http_status,
+        latency_ms=result.latency_ms,
+        tokens_in=result.tokens_in,
+        tokens_out=result.tokens_out,
+        tokens_cached=result.tokens_cached,
+        cost_usd=cost_usd(provider, result.tokens_in, result.tokens_out, result.tokens_cached),
+        reward=reward(result.status_class),
+        finish_reason=result.finish_reason,
+        retriable=is_retriable(result.status_class, result.http_status),
+        final=final,
+        error=result.error,
+        retry_after_s=result.retry_after_s,
+    )

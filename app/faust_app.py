@@ -1,0 +1,49 @@
+"""The Faust application and its topics. Agents and tables register against ``app``."""
+
+from __future__ import annotations
+
+import faust
+
+from app.compat import tansu
+from app.settings import Settings, get_settings
+
+
+def build_app(settings: Settings) -> faust.App:
+    if settings.tansu_compat:
+        tansu.install()
+    return faust.App(
+        settings.app_id,
+        broker=settings.broker,
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        consumer_auto_offset_reset="earliest",
+        key_serializer="raw",
+        value_serializer="raw",
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        web_in_thread=False,
+        producer_linger_ms=1,
+        # At-least-once: Tansu has no transactions, and every update is idempotent.
+        processing_guarantee="at_least_once",
+    )
+
+
+settings = get_settings()
+app = build_app(settings)
+
+
+def _topic(name: str) -> faust.TopicT:
+    return app.topic(name, key_type=bytes, value_type=bytes, partitions=settings.partitions)
+
+
+requests_topic = _topic(settings.topics.requests)
+routing_topic = _topic(settings.topics.routing)
+dispatch_topic = _topic(settings.topics.dispatch)
+decisions_topic = _topic(settings.topics.decisions)
+outcomes_topic = _topic(settings.topics.outcomes)
+responses_topic = _topic(settings.topics.responses)
+deadletter_topic = _topic(settings.topics.deadletter)

@@ -1,0 +1,47 @@
+"""Every Prometheus series the worker exports, defined once."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CIRCUIT_BREAKER_STATE = Gauge(
+    "ai_circuit_breaker_state",
+    "Seed 000 breaker state per provider: 0 CLOSED, 1 HALF_OPEN, 2 OPEN.",
+    ["provider"],
+)
+BANDIT_CHOICE = Counter(
+    "ai_bandit_choice_total",
+    "Decisions per chosen provider and strategy.",
+    ["provider", "strategy"],
+)
+REQUESTS = Counter(
+    "switchyard_requests_total",
+    "Records read from the requests topic, by result (accepted or a dead-letter reason).",
+    ["result"],
+)
+OUTCOMES = Counter(
+    "switchyard_outcomes_total",
+    "Attempt outcomes by provider and status class.",
+    ["provider", "status_class"],
+)
+RESPONSES = Counter(
+    "switchyard_responses_total", "Responses published, by status.", ["status", "source"]
+)
+PROVIDER_LATENCY = Histogram(
+    "switchyard_provider_latency_seconds",
+    "Latency of provider calls as measured by the executor.",
+    ["provider"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0),
+)
+ROUTER_EVENTS = Counter(
+    "switchyard_router_events_total",
+    "Routing-log events folded by the router, by type and whether they were applied.",
+    ["type", "applied"],
+)
+DECISION_SECONDS = Histogram(
+    "switchyard_decision_seconds",
+    "Time spent in the pure routing fold per event.",
+    buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
+)
+TOKENS = Counter("switchyard_tokens_total", "Tokens by provider and kind.", ["provider", "kind"])
+COST_USD = Counter("switchyard_cost_usd_total", "Provider cost in USD.", ["provider"])

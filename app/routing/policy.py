@@ -1,0 +1,56 @@
+"""The configuration a routing decision depends on: providers.yaml plus the seed parameters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from app.config import ProviderConfig, RoutingConfig, deployment_id
+from app.routing.breaker import BreakerParams
+from app.settings import RoutingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One candidate deployment of a route, in config order."""
+
+    deployment: str
+    provider: ProviderConfig
+    model: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    config: RoutingConfig
+    params: RoutingParams = field(default_factory=RoutingParams)
+
+    @property
+    def breaker(self) -> BreakerParams:
+        return BreakerParams(
+            failure_threshold=self.params.cb_failure_threshold,
+            timeout_s=self.params.cb_timeout_s,
+            half_open_max_calls=self.params.cb_half_open_max_calls,
+        )
+
+    def arms(self, route: str) -> list[Arm]:
+        """The route's deployments in config order; none for a route no longer configured."""
+        if route not in self.config.route_names():
+            return []
+        return [
+            Arm(deployment_id(p.id, p.default_model), p, p.default_model)
+            for p in self.config.route_providers(route)
+        ]
+
+    def max_attempts(self, route: str) -> int:
+        configured = self.config.routes.get(route)
+        if configured is not None and configured.max_attempts is not None:
+            return configured.max_attempts
+        return self.params.max_attempts
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of everything that can change a decision (never secrets)."""
+        view = {"config": self.config.routing_view(), "params": self.params.model_dump(mode="json")}
+        canonical = json.dumps(view, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -1,0 +1,68 @@
+"""Seed 004's reliability accounting: what each kind of result means for a deployment.
+
+One table, used by the executor (retriable or not) and the router (breaker and
+rate-limit bookkeeping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.events import StatusClass
+
+
+class Availability(StrEnum):
+    UP = "up"  # counts as a success for the breaker
+    DOWN = "down"  # counts against availability (breaker failure)
+    NEUTRAL = "neutral"  # says nothing about the provider's health
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    availability: Availability
+    retriable: bool
+
+
+ACCOUNTING: dict[StatusClass, Accounting] = {
+    StatusClass.SUCCESS: Accounting(Availability.UP, retriable=False),
+    # 401, 402, 404: seed 004 counts them against availability, but a client error
+    # does not change model, so they are not retried elsewhere.
+    StatusClass.AUTH_ERROR: Accounting(Availability.DOWN, retriable=False),
+    # 400, 403, 413, 422 and other 4xx: the request's fault, returned at once.
+    StatusClass.CLIENT_ERROR: Accounting(Availability.NEUTRAL, retriable=False),
+    # 429: tracked on its own, never marks the provider unhealthy.
+    StatusClass.RATE_LIMITED: Accounting(Availability.NEUTRAL, retriable=True),
+    StatusClass.SERVER_ERROR: Accounting(Availability.DOWN, retriable=True),
+    StatusClass.TIMEOUT: Accounting(Availability.DOWN, retriable=True),
+    StatusClass.CONNECTION_ERROR: Accounting(Availability.DOWN, retriable=True),
+    # A 2xx whose body is not a usable completion (malformed, cut, error finish reason).
+    StatusClass.BAD_RESPONSE: Accounting(Availability.DOWN, retriable=True),
+}
+
+AUTH_STATUSES = frozenset({401, 402, 404})
+#: Seed 004's list, plus 529 (Anthropic's "overloaded", a 503 by another name).
+RETRIABLE_SERVER_STATUSES = frozenset({500, 502, 503, 504, 529})
+
+
+def classify_http_status(status: int) -> StatusClass:
+    """The class of a non-2xx HTTP status."""
+    if status < 400:
+        # 1xx/3xx: redirects are not followed, so the deployment's URL is wrong.
+        return StatusClass.BAD_RESPONSE
+    if status == 429:
+        return StatusClass.RATE_LIMITED
+    if status == 408:
+        return StatusClass.TIMEOUT
+    if status in AUTH_STATUSES:
+        return StatusClass.AUTH_ERROR
+    if status >= 500:
+        return StatusClass.SERVER_ERROR
+    return StatusClass.CLIENT_ERROR
+
+
+def is_retriable(status_class: StatusClass, http_status: int | None) -> bool:
+    """Seed 004: fall back after 429, 500, 502, 503, 504, timeouts and connection errors."""
+    if status_class is StatusClass.SERVER_ERROR:
+        return http_status in RETRIABLE_SERVER_STATUSES
+    return ACCOUNTING[status_class].retriable

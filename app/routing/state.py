@@ -1,0 +1,82 @@
+"""Routing state of one route, as stored in the route's table row.
+
+Plain frozen models: the pure functions take one and return a new one. Floats
+round-trip exactly through JSON, so a state rebuilt from the changelog or by a
+replay is bit-identical to the live one.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
+INITIAL_LATENCY_S = 5.0
+
+
+class BreakerPhase(StrEnum):
+    CLOSED = "CLOSED"
+    HALF_OPEN = "HALF_OPEN"
+    OPEN = "OPEN"
+
+
+#: Prometheus encoding of seed 000's ``ai_circuit_breaker_state``.
+BREAKER_GAUGE = {BreakerPhase.CLOSED: 0, BreakerPhase.HALF_OPEN: 1, BreakerPhase.OPEN: 2}
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Breaker(Model):
+    state: BreakerPhase = BreakerPhase.CLOSED
+    failures: int = 0
+    last_failure_time: float = 0.0
+    success_count: int = 0
+
+
+class ArmState(Model):
+    """Seed 000's bandit hash plus latency EMA, breaker and the in-flight count."""
+
+    pulls: int = 0
+    total_reward: float = 0.0
+    alpha: float = 1.0
+    beta: float = 1.0
+    avg_latency_s: float = INITIAL_LATENCY_S
+    latency_samples: int = 0
+    in_flight: int = 0
+    rate_limited: int = 0
+    breaker: Breaker = Field(default_factory=Breaker)
+
+    @property
+    def mean_reward(self) -> float:
+        return self.total_reward / self.pulls if self.pulls else 0.0
+
+    @property
+    def started(self) -> int:
+        """Attempts started: finished pulls plus those still in flight."""
+        return self.pulls + self.in_flight
+
+
+class OpenAttempt(Model):
+    deployment: str
+    decided_at: float
+    timeout_s: float
+
+
+class RouteState(Model):
+    #: Route clock: the largest event time seen, in epoch seconds. Never goes back.
+    clock: float = 0.0
+    #: Routing-log offset of the last event applied (-1: none).
+    position: int = -1
+    arms: dict[str, ArmState] = Field(default_factory=dict)
+    #: Attempts decided and not yet finished, by ``request_id#attempt``.
+    open_attempts: dict[str, OpenAttempt] = Field(default_factory=dict)
+
+    def arm(self, deployment: str) -> ArmState:
+        return self.arms.get(deployment) or ArmState()
+
+
+def attempt_key(request_id: str, attempt: int) -> str:
+    return f"{request_id}#{attempt}"

@@ -1,0 +1,1 @@
+"""Changelog-backed Faust tables (RocksDB through rocksdict)."""

@@ -1,0 +1,263 @@
+"""Builders shared by the routing unit tests: providers, policies, routing-log events, folds.
+
+Everything here is deterministic: event times are explicit epoch seconds, ids are
+derived from their arguments, and routing parameters are always passed
+explicitly so that ``CB_*`` / ``BANDIT_*`` variables in the environment running
+the tests cannot change an expected value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.config import ProviderConfig, RouteConfig, RoutingConfig, deployment_id
+from app.events import (
+    AttemptFinished,
+    ChatMessage,
+    ChatRequest,
+    Decision,
+    Dispatch,
+    LogPosition,
+    Outcome,
+    RequestAccepted,
+    Response,
+    StatusClass,
+    derived_id,
+)
+from app.routing.fold import Step, at, handle
+from app.routing.policy import Policy
+from app.routing.state import ArmState, Breaker, BreakerPhase, RouteState
+from app.settings import RoutingParams, Strategy
+
+#: A fixed, recognisable epoch (2023-11-14T22:13:20Z) all test times are offsets of.
+T0 = 1_700_000_000.0
+SECRET = "sk-test-SECRET-0123456789abcdef"
+ROUTE = "chat"
+
+#: Seed 000's defaults, spelled out (never read from the environment).
+SEED_DEFAULTS: dict[str, Any] = {
+    "strategy": Strategy.UCB1,
+    "exploration_bonus": 2**0.5,
+    "cost_weight": 0.1,
+    "latency_weight": 0.15,
+    "cb_failure_threshold": 5,
+    "cb_timeout_s": 60.0,
+    "cb_half_open_max_calls": 3,
+    "max_attempts": 3,
+}
+
+
+# --------------------------------------------------------------------------- config
+
+
+def provider(pid: str, *, model: str = "m1", **fields: Any) -> ProviderConfig:
+    data: dict[str, Any] = {
+        "id": pid,
+        "base_url": f"https://{pid}.example.test/v1",
+        "api_key": SECRET,
+        "models": [{"name": model}],
+    }
+    data.update(fields)
+    return ProviderConfig.model_validate(data)
+
+
+def routing_config(
+    *providers: ProviderConfig,
+    routes: dict[str, list[str]] | None = None,
+    default_route: str = ROUTE,
+) -> RoutingConfig:
+    return RoutingConfig(
+        providers=list(providers),
+        routes={name: RouteConfig(providers=ids) for name, ids in (routes or {}).items()},
+        default_route=default_route,
+    )
+
+
+def params(**overrides: Any) -> RoutingParams:
+    """RoutingParams from field names (the class only accepts its env-var aliases)."""
+    values = {**SEED_DEFAULTS, **overrides}
+    fields = RoutingParams.model_fields
+    return RoutingParams(**{str(fields[name].validation_alias): v for name, v in values.items()})
+
+
+def policy(*providers: ProviderConfig, **param_overrides: Any) -> Policy:
+    if not providers:
+        providers = (provider("cerebras-x"), provider("openai-x"), provider("groq-x"))
+    return Policy(routing_config(*providers), params(**param_overrides))
+
+
+def dep(pid: str, model: str = "m1") -> str:
+    """Deployment id of ``pid``'s (default) model."""
+    return deployment_id(pid, model)
+
+
+# --------------------------------------------------------------------------- state
+
+
+def arm(
+    pulls: int = 0,
+    mean: float = 0.0,
+    *,
+    latency: float = 5.0,
+    in_flight: int = 0,
+    breaker: Breaker | None = None,
+    **fields: Any,
+) -> ArmState:
+    return ArmState(
+        pulls=pulls,
+        total_reward=mean * pulls,
+        avg_latency_s=latency,
+        latency_samples=pulls,
+        in_flight=in_flight,
+        breaker=breaker or Breaker(),
+        **fields,
+    )
+
+
+def open_breaker(last_failure_time: float, failures: int = 5) -> Breaker:
+    return Breaker(state=BreakerPhase.OPEN, failures=failures, last_failure_time=last_failure_time)
+
+
+def route_state(
+    arms: Mapping[str, ArmState] | None = None, clock: float = T0, position: int = 0
+) -> RouteState:
+    return RouteState(clock=clock, position=position, arms=dict(arms or {}))
+
+
+# --------------------------------------------------------------------------- events
+
+
+def accepted(
+    request_id: str,
+    t: float = T0,
+    *,
+    route: str = ROUTE,
+    content: str = "hello",
+    offset: int = 0,
+) -> RequestAccepted:
+    request = ChatRequest(
+        request_id=request_id, messages=[ChatMessage(role="user", content=content)]
+    )
+    return RequestAccepted(
+        id=derived_id("accepted", request_id),
+        occurred_at=at(t),
+        request=request,
+        route=route,
+        prompt_sha256=hashlib.sha256(content.encode()).hexdigest(),
+        prompt_chars=len(content),
+        source=LogPosition(topic="llm.requests", partition=0, offset=offset),
+    )
+
+
+#: Typical HTTP status of each class (None where there is no response).
+HTTP_STATUS: dict[StatusClass, int | None] = {
+    StatusClass.SUCCESS: 200,
+    StatusClass.CLIENT_ERROR: 400,
+    StatusClass.AUTH_ERROR: 401,
+    StatusClass.RATE_LIMITED: 429,
+    StatusClass.SERVER_ERROR: 503,
+    StatusClass.TIMEOUT: None,
+    StatusClass.CONNECTION_ERROR: None,
+    StatusClass.BAD_RESPONSE: 200,
+}
+
+
+def outcome(
+    request_id: str,
+    deployment: str,
+    t: float = T0,
+    *,
+    attempt: int = 1,
+    status: StatusClass = StatusClass.SUCCESS,
+    http_status: int | str | None = "auto",
+    latency_ms: float = 1000.0,
+    reward: float | None = None,
+    final: bool = True,
+    retriable: bool = False,
+    route: str = ROUTE,
+) -> Outcome:
+    provider_id, _, model = deployment.partition(":")
+    return Outcome(
+        id=derived_id("outcome", request_id, attempt),
+        occurred_at=at(t),
+        request_id=request_id,
+        attempt=attempt,
+        route=route,
+        deployment=deployment,
+        provider=provider_id,
+        model=model,
+        decision_id=derived_id("decision", request_id, attempt),
+        status_class=status,
+        http_status=HTTP_STATUS[status] if http_status == "auto" else http_status,  # type: ignore[arg-type]
+        latency_ms=latency_ms,
+        reward=(1.0 if status is StatusClass.SUCCESS else 0.0) if reward is None else reward,
+        retriable=retriable,
+        final=final,
+    )
+
+
+def finished(
+    result: Outcome,
+    *,
+    tried: Sequence[str] | None = None,
+    retry: RequestAccepted | None = None,
+) -> AttemptFinished:
+    return AttemptFinished(
+        id=derived_id("finished", result.request_id, result.attempt),
+        occurred_at=result.occurred_at,
+        outcome=result,
+        tried=list(tried) if tried is not None else [result.deployment],
+        retry=retry,
+    )
+
+
+def finish(
+    request_id: str,
+    deployment: str,
+    t: float = T0,
+    **outcome_fields: Any,
+) -> AttemptFinished:
+    """A final AttemptFinished without retry."""
+    return finished(outcome(request_id, deployment, t, **outcome_fields))
+
+
+# --------------------------------------------------------------------------- fold
+
+
+@dataclass
+class Folded:
+    state: RouteState
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def dispatches(self) -> list[Dispatch]:
+        return [d for s in self.steps for d in s.dispatches]
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [d.decision for d in self.dispatches]
+
+    @property
+    def responses(self) -> list[Response]:
+        return [r for s in self.steps for r in s.responses]
+
+
+def fold(
+    events: Iterable[AttemptFinished | RequestAccepted],
+    pol: Policy,
+    state: RouteState | None = None,
+    start: int | None = None,
+) -> Folded:
+    """Fold events in order; positions continue from ``state.position``."""
+    current = state or RouteState()
+    position = current.position + 1 if start is None else start
+    result = Folded(current)
+    for event in events:
+        step = handle(result.state, event, position, pol)
+        result.steps.append(step)
+        result.state = step.state
+        position += 1
+    return result

@@ -1,0 +1,522 @@
+"""Seed 000 §7 circuit breaker and seed 004 reliability accounting, with explicit event times."""
+
+from __future__ import annotations
+
+import pytest
+from factories import (
+    SEED_DEFAULTS,
+    T0,
+    accepted,
+    arm,
+    dep,
+    finish,
+    fold,
+    open_breaker,
+    outcome,
+    policy,
+    provider,
+    route_state,
+    routing_config,
+)
+from pydantic import ValidationError
+
+from app.events import AttemptFinished, RequestAccepted, StatusClass
+from app.routing import breaker as cb
+from app.routing.breaker import BreakerParams
+from app.routing.fold import apply_outcome
+from app.routing.policy import Policy
+from app.routing.reliability import (
+    ACCOUNTING,
+    Availability,
+    classify_http_status,
+    is_retriable,
+)
+from app.routing.select import select
+from app.routing.state import BREAKER_GAUGE, ArmState, Breaker, BreakerPhase
+from app.settings import RoutingParams, Strategy
+
+P = BreakerParams()  # seed defaults: 5 failures, 60 s, 3 successes
+CLOSED, HALF_OPEN, OPEN = BreakerPhase.CLOSED, BreakerPhase.HALF_OPEN, BreakerPhase.OPEN
+ROUTING_ENV = [
+    "BANDIT_STRATEGY",
+    "BANDIT_EXPLORATION_BONUS",
+    "BANDIT_COST_WEIGHT",
+    "BANDIT_LATENCY_WEIGHT",
+    "CB_FAILURE_THRESHOLD",
+    "CB_TIMEOUT_S",
+    "CB_HALF_OPEN_MAX_CALLS",
+    "SWITCHYARD_MAX_ATTEMPTS",
+]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ROUTING_ENV:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+def failures(n: int, start: float = T0, step: float = 1.0, b: Breaker | None = None) -> Breaker:
+    b = b or Breaker()
+    for i in range(n):
+        b = cb.on_failure(b, start + i * step, P)
+    return b
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def test_defaults_are_the_seed_values(clean_env: pytest.MonkeyPatch) -> None:
+    p = RoutingParams()
+    assert p.cb_failure_threshold == 5
+    assert p.cb_timeout_s == 60.0
+    assert p.cb_half_open_max_calls == 3
+    assert p.strategy is Strategy.UCB1
+    assert p.exploration_bonus == pytest.approx(1.4142, abs=1e-4)
+    assert p.cost_weight == 0.1
+    assert p.latency_weight == 0.15
+    assert Policy(routing_config(provider("a")), p).breaker == BreakerParams(5, 60.0, 3)
+    assert BreakerParams() == BreakerParams(
+        failure_threshold=5, timeout_s=60.0, half_open_max_calls=3
+    )
+    assert {k: getattr(p, k) for k in SEED_DEFAULTS} == pytest.approx(SEED_DEFAULTS)
+
+
+def test_env_vars_override(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("CB_FAILURE_THRESHOLD", "2")
+    clean_env.setenv("CB_TIMEOUT_S", "10.5")
+    clean_env.setenv("CB_HALF_OPEN_MAX_CALLS", "1")
+    clean_env.setenv("BANDIT_STRATEGY", "thompson")
+    clean_env.setenv("BANDIT_EXPLORATION_BONUS", "2.0")
+    clean_env.setenv("BANDIT_COST_WEIGHT", "0.3")
+    clean_env.setenv("BANDIT_LATENCY_WEIGHT", "0.05")
+    p = RoutingParams()
+    assert p.cb_failure_threshold == 2
+    assert p.cb_timeout_s == 10.5
+    assert p.cb_half_open_max_calls == 1
+    assert p.strategy is Strategy.THOMPSON
+    assert p.exploration_bonus == 2.0
+    assert p.cost_weight == 0.3
+    assert p.latency_weight == 0.05
+    assert Policy(routing_config(provider("a")), p).breaker == BreakerParams(2, 10.5, 1)
+
+
+def test_test_factories_ignore_the_environment(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("CB_FAILURE_THRESHOLD", "2")
+    clean_env.setenv("BANDIT_COST_WEIGHT", "0.9")
+    assert policy().breaker == BreakerParams(5, 60.0, 3)
+    assert policy().params.cost_weight == 0.1
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CB_FAILURE_THRESHOLD", "0"),
+        ("CB_TIMEOUT_S", "0"),
+        ("CB_HALF_OPEN_MAX_CALLS", "0"),
+        ("BANDIT_STRATEGY", "epsilon"),
+        ("BANDIT_EXPLORATION_BONUS", "-1"),
+    ],
+)
+def test_invalid_env_values_rejected(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
+    clean_env.setenv(name, value)
+    with pytest.raises(ValidationError):
+        RoutingParams()
+
+
+def test_env_overrides_drive_the_fold(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("CB_FAILURE_THRESHOLD", "2")
+    clean_env.setenv("CB_TIMEOUT_S", "10")
+    clean_env.setenv("CB_HALF_OPEN_MAX_CALLS", "1")
+    pol = Policy(routing_config(provider("a")), RoutingParams())
+    a = dep("a")
+    run = fold(
+        [
+            accepted("r1", T0),
+            finish("r1", a, T0 + 1, status=StatusClass.SERVER_ERROR),
+            accepted("r2", T0 + 2),
+            finish("r2", a, T0 + 3, status=StatusClass.SERVER_ERROR),
+        ],
+        pol,
+    )
+    assert run.state.arm(a).breaker == open_breaker(T0 + 3, failures=2)
+    blocked = fold([accepted("r3", T0 + 13)], pol, run.state)  # exactly 10 s: still OPEN
+    assert blocked.dispatches == []
+    assert blocked.responses[0].error is not None
+    assert "breaker_open" in blocked.responses[0].error.message
+    probe = fold([accepted("r4", T0 + 13.5)], pol, blocked.state)
+    assert probe.decisions[0].deployment == a
+    assert probe.state.arm(a).breaker.state is HALF_OPEN
+    closed = fold([finish("r4", a, T0 + 14)], pol, probe.state)
+    assert closed.state.arm(a).breaker == Breaker()  # one success is enough
+
+
+def test_env_threshold_two_opens_after_two_failures(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("CB_FAILURE_THRESHOLD", "2")
+    clean_env.setenv("CB_TIMEOUT_S", "10")
+    clean_env.setenv("CB_HALF_OPEN_MAX_CALLS", "1")
+    p = Policy(routing_config(provider("a")), RoutingParams()).breaker
+    b = cb.on_failure(Breaker(), T0, p)
+    assert b.state is CLOSED
+    b = cb.on_failure(b, T0 + 1, p)
+    assert b.state is OPEN
+    assert cb.on_clock(b, T0 + 11, p).state is OPEN  # exactly 10 s: not yet
+    half = cb.on_clock(b, T0 + 11.01, p)
+    assert half.state is HALF_OPEN
+    assert cb.on_success(half, p) == Breaker()  # one probe success is enough
+
+
+# --------------------------------------------------------------------------- transitions
+
+
+def test_closed_to_open_after_five_failures() -> None:
+    b = failures(4, start=T0)
+    assert b == Breaker(state=CLOSED, failures=4, last_failure_time=0.0, success_count=0)
+    b = cb.on_failure(b, T0 + 10, P)
+    assert b == Breaker(state=OPEN, failures=5, last_failure_time=T0 + 10, success_count=0)
+
+
+def test_open_stays_open_until_more_than_timeout() -> None:
+    b = failures(5, start=T0 - 4)  # last failure at T0
+    assert b.state is OPEN
+    assert b.last_failure_time == T0
+    for now in (T0, T0 + 1, T0 + 59.999, T0 + 60.0):
+        assert cb.on_clock(b, now, P) is b  # unchanged, same object
+    half = cb.on_clock(b, T0 + 60.001, P)
+    assert half == Breaker(state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=0)
+    assert cb.on_clock(b, T0 + 3600, P).state is HALF_OPEN
+
+
+def test_on_clock_leaves_closed_and_half_open_alone() -> None:
+    closed = Breaker(failures=3, last_failure_time=T0)
+    assert cb.on_clock(closed, T0 + 1000, P) is closed
+    half = Breaker(state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=2)
+    assert cb.on_clock(half, T0 + 1000, P) is half
+
+
+def test_half_open_three_successes_close_and_reset() -> None:
+    half = Breaker(state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=0)
+    one = cb.on_success(half, P)
+    assert one == Breaker(state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=1)
+    two = cb.on_success(one, P)
+    assert two.state is HALF_OPEN
+    assert two.success_count == 2
+    three = cb.on_success(two, P)
+    assert three == Breaker(state=CLOSED, failures=0, last_failure_time=0.0, success_count=0)
+
+
+def test_half_open_one_failure_reopens_with_new_time() -> None:
+    half = Breaker(state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=2)
+    reopened = cb.on_failure(half, T0 + 75, P)
+    assert reopened.state is OPEN
+    assert reopened.last_failure_time == T0 + 75
+    assert reopened.success_count == 0
+    assert reopened.failures == 6
+    # The new timeout counts from the new failure.
+    assert cb.on_clock(reopened, T0 + 135, P).state is OPEN
+    assert cb.on_clock(reopened, T0 + 135.5, P).state is HALF_OPEN
+
+
+def test_half_open_failure_reopens_even_below_threshold() -> None:
+    half = Breaker(state=HALF_OPEN, failures=0, last_failure_time=T0, success_count=0)
+    reopened = cb.on_failure(half, T0 + 1, P)
+    assert reopened == Breaker(state=OPEN, failures=1, last_failure_time=T0 + 1, success_count=0)
+
+
+def test_closed_success_decrements_failures_not_below_zero() -> None:
+    b = failures(3)
+    assert b.failures == 3
+    seen = []
+    for _ in range(5):
+        b = cb.on_success(b, P)
+        seen.append(b.failures)
+        assert b.state is CLOSED
+    assert seen == [2, 1, 0, 0, 0]
+
+
+def test_self_healing_delays_opening() -> None:
+    # 4 failures, 1 success, then it takes 2 more failures (not 1) to open.
+    b = failures(4)
+    b = cb.on_success(b, P)
+    b = cb.on_failure(b, T0 + 10, P)
+    assert (b.state, b.failures) == (CLOSED, 4)
+    b = cb.on_failure(b, T0 + 11, P)
+    assert (b.state, b.failures, b.last_failure_time) == (OPEN, 5, T0 + 11)
+
+
+def test_success_while_open_changes_nothing() -> None:
+    b = failures(5)
+    assert cb.on_success(b, P) == b
+
+
+def test_gauge_encoding() -> None:
+    assert BREAKER_GAUGE == {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
+
+
+# --------------------------------------------------------------------------- through select / fold
+
+
+def test_select_excludes_open_breaker_until_timeout_then_persists_half_open() -> None:
+    pol = policy(provider("a"), provider("b"))
+    a, b = dep("a"), dep("b")
+    arms = {a: arm(10, 0.9, breaker=open_breaker(T0)), b: arm(10, 0.1)}
+
+    at_timeout = select(route_state(arms, T0 + 60), "chat", "r", 1, [], pol)
+    assert [(e.deployment, e.reason) for e in at_timeout.excluded] == [(a, "breaker_open")]
+    assert at_timeout.chosen is not None
+    assert at_timeout.chosen.deployment == b
+    assert at_timeout.arms == {}
+
+    after = select(route_state(arms, T0 + 60.5), "chat", "r", 1, [], pol)
+    assert after.excluded == []
+    assert set(after.arms) == {a}
+    assert after.arms[a].breaker == Breaker(
+        state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=0
+    )
+    assert after.arms[a].pulls == 10  # only the breaker moved
+    assert after.chosen is not None
+    assert after.chosen.deployment == a  # mean .9 vs .1
+
+
+def test_half_open_admits_only_the_probes_it_needs() -> None:
+    pol = policy(provider("a"), provider("b"))
+    a = dep("a")
+
+    def reason(success_count: int, in_flight: int) -> str | None:
+        half = Breaker(
+            state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=success_count
+        )
+        state = route_state({a: arm(10, 0.9, breaker=half, in_flight=in_flight)}, T0)
+        excluded = {e.deployment: e.reason for e in select(state, "chat", "r", 1, [], pol).excluded}
+        return excluded.get(a)
+
+    assert reason(0, 2) is None
+    assert reason(0, 3) == "breaker_half_open_probes_in_flight"
+    assert reason(1, 1) is None
+    assert reason(1, 2) == "breaker_half_open_probes_in_flight"
+    assert reason(2, 1) == "breaker_half_open_probes_in_flight"
+
+
+def test_full_breaker_lifecycle_through_fold() -> None:
+    pol = policy(provider("a"))
+    a = dep("a")
+    events: list[RequestAccepted | AttemptFinished] = []
+    t = T0
+    # Five requests, each fails with a 503 (final, no retry): the 5th opens the breaker.
+    for i in range(5):
+        events += [
+            accepted(f"f{i}", t),
+            finish(f"f{i}", a, t + 1, status=StatusClass.SERVER_ERROR),
+        ]
+        t += 2
+    run = fold(events, pol)
+    last_failure = T0 + 9  # the 5th AttemptFinished
+    assert run.state.arm(a).breaker == open_breaker(last_failure)
+    assert len(run.dispatches) == 5
+
+    # 30 s later: no deployment, an error response naming the reason.
+    blocked = fold([accepted("x1", last_failure + 30)], pol, run.state)
+    assert blocked.dispatches == []
+    (response,) = blocked.responses
+    assert response.status == "error"
+    assert response.error is not None
+    assert response.error.type == "no_deployment_available"
+    assert response.error.code == "no_candidate"
+    assert response.error.http_status == 503
+    assert "breaker_open" in response.error.message
+    assert response.attempts == 0
+    assert blocked.state.arm(a).breaker.state is OPEN
+    assert blocked.state.open_attempts == {}
+
+    # Exactly 60 s after the last failure: still OPEN.
+    still = fold([accepted("x2", last_failure + 60)], pol, blocked.state)
+    assert still.dispatches == []
+    assert still.state.arm(a).breaker.state is OPEN
+
+    # 61 s after: HALF_OPEN, persisted in the state, and the request is a probe.
+    probe = fold([accepted("p1", last_failure + 61)], pol, still.state)
+    (dispatch,) = probe.dispatches
+    assert dispatch.decision.deployment == a
+    assert probe.state.arm(a).breaker == Breaker(
+        state=HALF_OPEN, failures=5, last_failure_time=last_failure, success_count=0
+    )
+    assert probe.state.arm(a).in_flight == 1
+
+    # Two more probes, three successes: CLOSED, failures reset.
+    t = last_failure + 62
+    more = fold([accepted("p2", t), accepted("p3", t + 0.1)], pol, probe.state)
+    assert len(more.dispatches) == 2
+    closing = fold(
+        [
+            finish("p1", a, t + 1),
+            finish("p2", a, t + 2),
+        ],
+        pol,
+        more.state,
+    )
+    assert closing.state.arm(a).breaker.state is HALF_OPEN
+    assert closing.state.arm(a).breaker.success_count == 2
+    closed = fold([finish("p3", a, t + 3)], pol, closing.state)
+    assert closed.state.arm(a).breaker == Breaker()
+    assert closed.state.arm(a).in_flight == 0
+
+
+def test_half_open_probe_failure_reopens_through_fold() -> None:
+    pol = policy(provider("a"))
+    a = dep("a")
+    state = route_state({a: arm(20, 0.5, breaker=open_breaker(T0))}, T0 + 100)
+    run = fold(
+        [accepted("p1", T0 + 100), finish("p1", a, T0 + 101, status=StatusClass.TIMEOUT)],
+        pol,
+        state,
+    )
+    assert run.decisions[0].deployment == a
+    assert run.state.arm(a).breaker == Breaker(
+        state=OPEN, failures=6, last_failure_time=T0 + 101, success_count=0
+    )
+
+
+# --------------------------------------------------------------------------- reliability (seed 004)
+
+
+def _apply(status: StatusClass, http_status: int | None, start: Breaker | None = None) -> ArmState:
+    pol = policy(provider("a"))
+    before = arm(10, 0.5, in_flight=1, latency=2.0, breaker=start or Breaker(failures=2))
+    result = outcome("r", dep("a"), T0 + 5, status=status, http_status=http_status)
+    return apply_outcome(before, result, T0 + 5, pol)
+
+
+def test_429_does_not_move_breaker_but_counts_rate_limits() -> None:
+    after = _apply(StatusClass.RATE_LIMITED, 429)
+    assert after.breaker == Breaker(failures=2)
+    assert after.rate_limited == 1
+    assert after.in_flight == 0
+    assert after.pulls == 11
+    # Neither a failure nor a success: five in a row do not open it, from 4 failures either.
+    pol = policy(provider("a"))
+    state = arm(10, 0.5, breaker=Breaker(failures=4))
+    for i in range(5):
+        state = apply_outcome(
+            state, outcome(f"r{i}", dep("a"), status=StatusClass.RATE_LIMITED), T0 + i, pol
+        )
+    assert state.breaker == Breaker(failures=4)
+    assert state.rate_limited == 5
+
+
+@pytest.mark.parametrize("http_status", [401, 402, 404])
+def test_auth_payment_not_found_count_as_failures(http_status: int) -> None:
+    assert classify_http_status(http_status) is StatusClass.AUTH_ERROR
+    after = _apply(StatusClass.AUTH_ERROR, http_status)
+    assert after.breaker.failures == 3
+    assert after.rate_limited == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "http_status"),
+    [
+        (StatusClass.SERVER_ERROR, 500),
+        (StatusClass.SERVER_ERROR, 501),
+        (StatusClass.SERVER_ERROR, 502),
+        (StatusClass.SERVER_ERROR, 503),
+        (StatusClass.SERVER_ERROR, 504),
+        (StatusClass.SERVER_ERROR, 529),
+        (StatusClass.TIMEOUT, None),
+        (StatusClass.CONNECTION_ERROR, None),
+        (StatusClass.BAD_RESPONSE, 200),
+    ],
+)
+def test_server_errors_and_timeouts_count_as_failures(
+    status: StatusClass, http_status: int | None
+) -> None:
+    if http_status is not None and http_status >= 500:
+        assert classify_http_status(http_status) is StatusClass.SERVER_ERROR
+    after = _apply(status, http_status)
+    assert after.breaker.failures == 3
+    assert after.breaker.state is CLOSED
+    # From 4 failures, one more opens at the outcome's clock.
+    opened = _apply(status, http_status, Breaker(failures=4))
+    assert opened.breaker == open_breaker(T0 + 5)
+
+
+def test_five_auth_errors_open_the_breaker() -> None:
+    pol = policy(provider("a"))
+    state = ArmState()
+    for i in range(5):
+        state = apply_outcome(
+            state, outcome(f"r{i}", dep("a"), status=StatusClass.AUTH_ERROR), T0 + i, pol
+        )
+    assert state.breaker == open_breaker(T0 + 4)
+
+
+@pytest.mark.parametrize("http_status", [400, 403, 413, 422])
+def test_client_errors_are_neutral(http_status: int) -> None:
+    assert classify_http_status(http_status) is StatusClass.CLIENT_ERROR
+    after = _apply(StatusClass.CLIENT_ERROR, http_status)
+    assert after.breaker == Breaker(failures=2)
+    assert after.rate_limited == 0
+    assert after.avg_latency_s == 2.0  # a neutral result is not a latency sample
+    assert after.latency_samples == 10
+    assert after.in_flight == 0
+
+
+def test_success_counts_for_breaker() -> None:
+    after = _apply(StatusClass.SUCCESS, 200)
+    assert after.breaker == Breaker(failures=1)
+    half = Breaker(state=HALF_OPEN, failures=5, last_failure_time=T0, success_count=2)
+    assert _apply(StatusClass.SUCCESS, 200, half).breaker == Breaker()
+
+
+def test_accounting_table() -> None:
+    availability = {status: ACCOUNTING[status].availability for status in StatusClass}
+    assert availability == {
+        StatusClass.SUCCESS: Availability.UP,
+        StatusClass.CLIENT_ERROR: Availability.NEUTRAL,
+        StatusClass.AUTH_ERROR: Availability.DOWN,
+        StatusClass.RATE_LIMITED: Availability.NEUTRAL,
+        StatusClass.SERVER_ERROR: Availability.DOWN,
+        StatusClass.TIMEOUT: Availability.DOWN,
+        StatusClass.CONNECTION_ERROR: Availability.DOWN,
+        StatusClass.BAD_RESPONSE: Availability.DOWN,
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "http_status", "retriable"),
+    [
+        (StatusClass.RATE_LIMITED, 429, True),
+        (StatusClass.SERVER_ERROR, 500, True),
+        (StatusClass.SERVER_ERROR, 502, True),
+        (StatusClass.SERVER_ERROR, 503, True),
+        (StatusClass.SERVER_ERROR, 504, True),
+        (StatusClass.SERVER_ERROR, 501, False),
+        (StatusClass.SERVER_ERROR, 505, False),
+        (StatusClass.TIMEOUT, None, True),
+        (StatusClass.CONNECTION_ERROR, None, True),
+        (StatusClass.CLIENT_ERROR, 400, False),
+        (StatusClass.CLIENT_ERROR, 413, False),
+        (StatusClass.AUTH_ERROR, 401, False),
+        (StatusClass.SUCCESS, 200, False),
+    ],
+)
+def test_is_retriable(status: StatusClass, http_status: int | None, retriable: bool) -> None:
+    assert is_retriable(status, http_status) is retriable
+
+
+@pytest.mark.parametrize(
+    ("http_status", "status"),
+    [
+        (429, StatusClass.RATE_LIMITED),
+        (400, StatusClass.CLIENT_ERROR),
+        (403, StatusClass.CLIENT_ERROR),
+        (408, StatusClass.TIMEOUT),
+        (413, StatusClass.CLIENT_ERROR),
+        (401, StatusClass.AUTH_ERROR),
+        (402, StatusClass.AUTH_ERROR),
+        (404, StatusClass.AUTH_ERROR),
+        (500, StatusClass.SERVER_ERROR),
+        (599, StatusClass.SERVER_ERROR),
+    ],
+)
+def test_classify_http_status(http_status: int, status: StatusClass) -> None:
+    assert classify_http_status(http_status) is status

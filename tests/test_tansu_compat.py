@@ -1,0 +1,52 @@
+"""The Tansu end-offset workaround, against the real embedded broker."""
+
+from __future__ import annotations
+
+import uuid
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.compat.tansu import true_end_offsets
+from app.embedded.broker import EmbeddedBroker
+
+
+async def _topic_with_one_batch_of(broker: EmbeddedBroker, records: int) -> TopicPartition:
+    topic = f"compat-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(topic, 1, 1)])
+    await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=100)
+    await producer.start()
+    try:
+        pending = [await producer.send(topic, b"r%d" % i, partition=0) for i in range(records)]
+        for future in pending:
+            await future
+    finally:
+        await producer.stop()
+    return TopicPartition(topic, 0)
+
+
+async def _reported_end(broker: EmbeddedBroker, tp: TopicPartition) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
+    await consumer.start()
+    try:
+        return int((await consumer.end_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()
+
+
+async def test_reported_end_offset_is_wrong_and_probe_corrects_it(broker: EmbeddedBroker) -> None:
+    tp = await _topic_with_one_batch_of(broker, 5)
+    reported = await _reported_end(broker, tp)
+    corrected = await true_end_offsets(broker.bootstrap, {tp: reported})
+    # The quirk this module exists for: Tansu reports start-of-last-batch + 1.
+    # Should Tansu ever fix it, the first assertion fails and the workaround can go.
+    assert reported == 1
+    assert corrected[tp] == 5
+
+
+async def test_probe_leaves_empty_partitions_alone(broker: EmbeddedBroker) -> None:
+    tp = TopicPartition(f"compat-empty-{uuid.uuid4().hex[:8]}", 0)
+    assert await true_end_offsets(broker.bootstrap, {tp: 0}) == {tp: 0}
