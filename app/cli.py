@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the whole path on the embedded stack")
     demo.add_argument("--requests", type=int, default=500)
-    demo.add_argument("--rate", type=float, default=100.0, help="requests per second")
+    demo.add_argument("--rate", type=float, default=40.0, help="requests per second")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--timeout", type=float, default=150.0, help="seconds before giving up")
     demo.add_argument("--json", action="store_true", help="also print one JSON summary line")

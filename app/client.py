@@ -13,6 +13,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from app.compat.tansu import FETCH_MAX_WAIT_MS
+
 
 class RequestPublisher:
     def __init__(self, bootstrap: str, topic: str = "llm.requests") -> None:
@@ -37,8 +39,12 @@ class RequestPublisher:
 class TopicFollower:
     def __init__(self, bootstrap: str, topics: Iterable[str]) -> None:
         self.topics = list(topics)
+        # A short long-poll: Tansu answers fetches only when the wait runs out.
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
 
     async def start(self) -> TopicFollower:

@@ -146,6 +146,24 @@ async def _collect(
         tally.take(record.topic, json.loads(record.value or b"{}"), time.monotonic(), topics)
 
 
+async def _warm_up(
+    publisher: RequestPublisher, follower: TopicFollower, topics: Topics, deadline: float
+) -> None:
+    """Wait until the worker answers one request, so the numbers exclude its start-up."""
+    started = time.monotonic()
+    await publisher.publish(
+        {"request_id": "demo-warm-up", "messages": [{"role": "user", "content": "ping"}]}
+    )
+    await publisher.flush()
+    while time.monotonic() < deadline:
+        for record in await follower.poll():
+            if record.topic == topics.responses and b'"demo-warm-up"' in (record.value or b""):
+                waited = time.monotonic() - started
+                print(f"worker ready after {waited:.1f} s", file=sys.stderr)
+                return
+    raise TimeoutError("the worker did not answer the warm-up request")
+
+
 async def run_demo(requests: int, rate: float, seed: int, timeout_s: float) -> Summary:
     print("starting embedded broker, simulated providers and a worker ...", file=sys.stderr)
     async with EmbeddedStack(seed=seed) as stack:
@@ -157,6 +175,7 @@ async def run_demo(requests: int, rate: float, seed: int, timeout_s: float) -> S
         tally = Tally()
         try:
             deadline = time.monotonic() + timeout_s
+            await _warm_up(publisher, follower, topics, deadline)
             print(f"publishing {requests} requests at {rate:g}/s", file=sys.stderr)
             await asyncio.gather(
                 _publish(publisher, tally, requests, rate),

@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     web_port: int = 6066
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
-    executor_concurrency: int = Field(default=64, ge=1)
+    executor_concurrency: int = Field(default=256, ge=1)
     #: Largest accepted request, in bytes of its JSON.
     max_request_bytes: int = Field(default=1_000_000, ge=1024)
     #: How much of a rejected event the dead-letter record keeps.

@@ -50,3 +50,19 @@ async def test_reported_end_offset_is_wrong_and_probe_corrects_it(broker: Embedd
 async def test_probe_leaves_empty_partitions_alone(broker: EmbeddedBroker) -> None:
     tp = TopicPartition(f"compat-empty-{uuid.uuid4().hex[:8]}", 0)
     assert await true_end_offsets(broker.bootstrap, {tp: 0}) == {tp: 0}
+
+
+async def test_worker_consumer_gets_a_short_fetch_wait_on_tansu() -> None:
+    """Without it every hop between agents waits ~0.4 s (Tansu answers fetches at the deadline)."""
+    import faust
+
+    from app.compat import tansu
+
+    app = faust.App("compat-check", broker="kafka://127.0.0.1:1")
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    tansu.install()
+    consumer = thread._create_worker_consumer(app.transport)
+    try:
+        assert consumer._fetch_max_wait_ms == tansu.FETCH_MAX_WAIT_MS
+    finally:
+        await consumer.stop()

@@ -11,6 +11,11 @@ the offset after its last record. On a broker that answers correctly the probe
 returns the same numbers, so it is safe anywhere; it is only switched on for
 Tansu (``SWITCHYARD_TANSU_COMPAT``) because it costs one fetch per partition.
 
+Tansu also answers a fetch only when ``fetch_max_wait_ms`` runs out, even when
+records are waiting, so every hop between agents costs about half of Faust's
+hard-coded 1,500 ms (measured: p50 393 ms per hop; 4.8 ms at a 10 ms wait).
+:func:`install` gives the worker's consumer a short wait instead.
+
 The other Tansu quirks are handled by design, not code: no transactions, so
 processing is at-least-once with idempotent state updates; no static
 membership; no GlobalTable; short sessions (6 s) to keep joins fast.
@@ -25,6 +30,9 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 TP = TypeVar("TP", bound=tuple[str, int])
+
+#: Fetch long-poll for consumers on Tansu (see the module docstring).
+FETCH_MAX_WAIT_MS = 10
 
 _installed = False
 
@@ -82,4 +90,13 @@ def install() -> None:
         return await true_end_offsets(servers, reported)
 
     thread_class._highwaters = _highwaters
+
+    create_consumer = thread_class._create_worker_consumer
+
+    def _create_worker_consumer(self: Any, transport: Any) -> AIOKafkaConsumer:
+        consumer: AIOKafkaConsumer = create_consumer(self, transport)
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read by the fetcher at start()
+        return consumer
+
+    thread_class._create_worker_consumer = _create_worker_consumer
     _installed = True

@@ -1,0 +1,1 @@
+"""The pure routing core: state, bandit maths, breaker, selection and the fold."""
