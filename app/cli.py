@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -38,18 +39,23 @@ def _up(args: argparse.Namespace) -> int:
     from app.embedded.stack import EmbeddedStack
 
     async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         async with EmbeddedStack(seed=args.seed) as stack:
             print(f"broker={stack.broker.bootstrap}", flush=True)
             for provider_id, url in stack.providers.base_urls().items():
                 print(f"provider {provider_id} {url}", flush=True)
             print(f"providers file {stack.providers_file}", flush=True)
             print("worker running; Ctrl-C to stop", flush=True)
-            while all(w.running for w in stack.workers):
-                await asyncio.sleep(0.5)
-            print("worker exited", file=sys.stderr)
+            while not stop.is_set() and all(w.running for w in stack.workers):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=0.5)
+            if not stop.is_set():
+                print("worker exited", file=sys.stderr)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+    asyncio.run(run())
     return 0
 
 

@@ -156,3 +156,36 @@ async def test_table_recovers_from_changelog_after_local_state_is_deleted(
     after = await _wait_for_pulls(port, len(ids))
     # Identical, to the last update: the Tansu end-offset workaround at work.
     assert after == before
+
+
+async def test_redelivered_outcomes_do_not_change_the_state(stack: EmbeddedStack) -> None:
+    ids = [f"dup-{i}" for i in range(10)]
+    await publish(stack, [chat(i) for i in ids])
+    await collect(stack, {stack.topics.outcomes: len(ids)})
+    port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
+    before = await _wait_for_pulls(port, len(ids))
+
+    # At-least-once delivery: every feedback record arrives a second time.
+    follower = await TopicFollower(stack.broker.bootstrap, [stack.topics.routing]).start()
+    feedback = []
+    deadline = time.monotonic() + 30
+    while len(feedback) < len(ids) and time.monotonic() < deadline:
+        feedback += [
+            r for r in await follower.poll() if b'"type":"attempt.finished"' in (r.value or b"")
+        ]
+    await follower.stop()
+    assert len(feedback) == len(ids)
+    producer = await RequestPublisher(stack.broker.bootstrap, stack.topics.routing).start()
+    for record in feedback:
+        await producer.publish(record.value or b"", key=record.key)
+    await producer.flush()
+    await producer.stop()
+
+    # A marker request, routed after the duplicates, shows they have been folded.
+    await publish(stack, [chat("dup-marker")])
+    after = await _wait_for_pulls(port, len(ids) + 1)
+    assert _total_pulls(after) == len(ids) + 1
+    for route, arms in before.items():
+        for deployment, arm in arms.items():
+            if after[route][deployment]["pulls"] == arm["pulls"]:
+                assert after[route][deployment] == arm
