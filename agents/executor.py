@@ -7,7 +7,9 @@ per process, closed when the worker shuts down.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,19 +71,27 @@ async def execute(stream: StreamT[bytes]) -> None:
                 StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
             )
         else:
-            result = await call_provider(
-                shared_client(),
-                provider,
-                decision.model,
-                dispatch.accepted.request,
-                dispatch.timeout_s,
-            )
+            result = await _call_in_time(dispatch, provider)
         final = is_final(dispatch, result)
         outcome = build_outcome(
             dispatch, result, provider, occurred_at=datetime.now(UTC), final=final
         )
         _observe(outcome)
         await _publish(dispatch, outcome, result, final)
+
+
+async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:
+    """Wait out the retry backoff, then call within both the provider timeout and the deadline."""
+    backoff = dispatch.not_before - time.time()
+    if backoff > 0:
+        await asyncio.sleep(backoff)
+    budget = min(dispatch.timeout_s, dispatch.deadline - time.time())
+    if budget <= 0:
+        return CallResult(StatusClass.TIMEOUT, None, 0.0, error="request deadline passed")
+    decision = dispatch.decision
+    return await call_provider(
+        shared_client(), provider, decision.model, dispatch.accepted.request, budget
+    )
 
 
 async def _publish(dispatch: Dispatch, outcome: Outcome, result: CallResult, final: bool) -> None:

@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     schemas = commands.add_parser("schemas", help="write the event JSON Schemas to schemas/")
     schemas.add_argument("--check", action="store_true", help="only report stale files")
     schemas.set_defaults(run=_schemas)
+
+    from app.audit.commands import register
+
+    register(commands)  # replay, audit, export
     return parser
 
 

@@ -190,6 +190,10 @@ class Dispatch(Envelope):
     accepted: RequestAccepted
     timeout_s: float
     max_attempts: int
+    #: Epoch seconds: backoff before a retry; the executor does not call before it.
+    not_before: float = 0.0
+    #: Epoch seconds after which the request is no longer worth answering.
+    deadline: float
     #: Deployments tried by earlier attempts of this request.
     tried: list[str] = Field(default_factory=list)
 

@@ -20,6 +20,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Strategy(StrEnum):
     UCB1 = "ucb1"
     THOMPSON = "thompson"
+    #: Seed 003 §4: cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure), lowest wins.
+    COMPOSITE = "composite"
+
+
+class BreakerMode(StrEnum):
+    #: Seed 000 §7: count failures, open at the threshold for CB_TIMEOUT_S.
+    SEED000 = "seed000"
+    #: Seed 003 §5/§8: open for 30 s when the EWMA failure rate > 0.5 over >= 20 outcomes.
+    EWMA = "ewma"
 
 
 class Topics(BaseSettings):
@@ -54,6 +63,24 @@ class RoutingParams(BaseSettings):
     cb_timeout_s: float = Field(default=60.0, gt=0.0, validation_alias="CB_TIMEOUT_S")
     cb_half_open_max_calls: int = Field(default=3, ge=1, validation_alias="CB_HALF_OPEN_MAX_CALLS")
     max_attempts: int = Field(default=3, ge=1, le=10, validation_alias="SWITCHYARD_MAX_ATTEMPTS")
+    cb_mode: BreakerMode = Field(default=BreakerMode.SEED000, validation_alias="CB_MODE")
+    #: Seed 003: EWMA weight of the newest outcome; its error n°4 says keep it in 0.2-0.3.
+    ewma_alpha: float = Field(default=0.3, ge=0.2, le=0.3, validation_alias="EWMA_ALPHA")
+    ewma_open_threshold: float = Field(
+        default=0.5, gt=0.0, lt=1.0, validation_alias="CB_EWMA_THRESHOLD"
+    )
+    ewma_min_observations: int = Field(
+        default=20, ge=1, validation_alias="CB_EWMA_MIN_OBSERVATIONS"
+    )
+    ewma_open_s: float = Field(default=30.0, gt=0.0, validation_alias="CB_EWMA_OPEN_S")
+    #: Seed 003 error n°1: base of the exponential backoff between attempts.
+    retry_backoff_s: float = Field(
+        default=0.15, ge=0.0, validation_alias="SWITCHYARD_RETRY_BACKOFF_S"
+    )
+    #: A request not answered this long after it was accepted gets a deadline error.
+    request_deadline_s: float = Field(
+        default=120.0, gt=0.0, validation_alias="SWITCHYARD_REQUEST_DEADLINE_S"
+    )
 
 
 class Settings(BaseSettings):

@@ -218,6 +218,7 @@ def dispatch(attempt: int = 1, max_attempts: int = 3) -> Dispatch:
         accepted=accepted,
         timeout_s=2.0,
         max_attempts=max_attempts,
+        deadline=NOW.timestamp() + 60.0,
     )
 
 

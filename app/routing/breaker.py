@@ -1,4 +1,13 @@
-"""Seed 000 §7: the three-state circuit breaker, as pure transitions on event time."""
+"""Circuit breakers as pure transitions on event time.
+
+Seed 000 §7 (default): CLOSED -> OPEN after ``failure_threshold`` failures (each
+success in CLOSED takes one back), OPEN -> HALF_OPEN once ``timeout_s`` passed,
+``half_open_max_calls`` successes close it, one failure reopens it.
+
+Seed 003 (``CB_MODE=ewma``): the trip condition is an EWMA failure rate above
+``ewma_threshold`` over at least ``ewma_min_observations`` outcomes; it stays
+open ``timeout_s`` (30 s); HALF_OPEN and closing work as in seed 000.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,9 @@ class BreakerParams:
     failure_threshold: int = 5
     timeout_s: float = 60.0
     half_open_max_calls: int = 3
+    ewma: bool = False
+    ewma_threshold: float = 0.5
+    ewma_min_observations: int = 20
 
 
 def on_clock(breaker: Breaker, now: float, params: BreakerParams) -> Breaker:
@@ -36,7 +48,22 @@ def on_success(breaker: Breaker, params: BreakerParams) -> Breaker:
 def on_failure(breaker: Breaker, now: float, params: BreakerParams) -> Breaker:
     failures = breaker.failures + 1
     if breaker.state is BreakerPhase.HALF_OPEN or failures >= params.failure_threshold:
-        return Breaker(
-            state=BreakerPhase.OPEN, failures=failures, last_failure_time=now, success_count=0
-        )
+        return _opened(failures, now)
     return breaker.model_copy(update={"failures": failures})
+
+
+def on_ewma_failure(
+    breaker: Breaker, ewma_failure: float, observations: int, now: float, params: BreakerParams
+) -> Breaker:
+    """Seed 003: open when the EWMA failure rate (after this failure) crosses the threshold."""
+    failures = breaker.failures + 1
+    tripped = ewma_failure > params.ewma_threshold and observations >= params.ewma_min_observations
+    if breaker.state is BreakerPhase.HALF_OPEN or tripped:
+        return _opened(failures, now)
+    return breaker.model_copy(update={"failures": failures})
+
+
+def _opened(failures: int, now: float) -> Breaker:
+    return Breaker(
+        state=BreakerPhase.OPEN, failures=failures, last_failure_time=now, success_count=0
+    )

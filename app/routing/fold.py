@@ -29,8 +29,9 @@ from app.events import (
 from app.routing import bandit, breaker
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
-from app.routing.select import ALGORITHM_VERSION, select
-from app.routing.state import ArmState, OpenAttempt, RouteState, attempt_key
+from app.routing.select import select
+from app.routing.state import ArmState, BreakerPhase, OpenAttempt, RouteState, attempt_key
+from app.routing.strategies import ALGORITHM_VERSION
 
 #: An attempt open this long past its provider timeout is presumed lost (its
 #: dispatch or outcome never reached the log) and its concurrency slot is freed.
@@ -139,6 +140,8 @@ def _route(
         timeout_s=timeout_s,
         max_attempts=policy.max_attempts(accepted.route),
         tried=list(tried),
+        not_before=state.clock + backoff_s(request_id, attempt, policy),
+        deadline=deadline_of(accepted, policy),
     )
     return Step(state, dispatches=[dispatch])
 
@@ -159,6 +162,16 @@ def _finish(state: RouteState, event: AttemptFinished, policy: Policy) -> Step:
         or outcome.attempt >= policy.max_attempts(outcome.route)
     ):
         return Step(state)
+    if state.clock >= deadline_of(event.retry, policy):
+        error = ErrorBody(
+            type="deadline_exceeded",
+            message=f"no answer within {policy.params.request_deadline_s:g}s; "
+            f"last: {outcome.error or outcome.status_class.value}",
+            code="deadline_exceeded",
+            http_status=504,
+        )
+        response = _error_response(outcome.request_id, outcome.attempt, state, error)
+        return Step(state, responses=[response])
     step = _route(state, event.retry, outcome.attempt + 1, event.tried, policy)
     if step.responses:
         # Nothing left to try: the requester gets the last attempt's error.
@@ -175,8 +188,24 @@ def _finish(state: RouteState, event: AttemptFinished, policy: Policy) -> Step:
     return step
 
 
+def backoff_s(request_id: str, attempt: int, policy: Policy) -> float:
+    """Seed 003 error n°1: exponential backoff between attempts, with seeded jitter.
+
+    ``base x 2^(attempt-2) x U[0.5, 1)``; none before the first attempt. The
+    jitter keeps retries of a failed burst from arriving together.
+    """
+    if attempt <= 1:
+        return 0.0
+    jitter = 0.5 + 0.5 * bandit.seeded_rng("backoff", request_id, attempt).random()
+    return float(policy.params.retry_backoff_s * 2 ** (attempt - 2) * jitter)
+
+
+def deadline_of(accepted: RequestAccepted, policy: Policy) -> float:
+    return epoch(accepted.occurred_at) + policy.params.request_deadline_s
+
+
 def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -> ArmState:
-    """Fold one attempt outcome into its arm: bandit, latency EMA, breaker, rate limits."""
+    """Fold one attempt outcome into its arm: bandit, latency EMAs, breaker, rate limits."""
     accounting = ACCOUNTING[outcome.status_class]
     alpha, beta = bandit.thompson_update(arm.alpha, arm.beta, outcome.reward)
     update: dict[str, object] = {
@@ -187,17 +216,48 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         "in_flight": max(0, arm.in_flight - 1),
     }
     if accounting.availability is not Availability.NEUTRAL:
-        update["avg_latency_s"] = bandit.ema_latency(
-            arm.avg_latency_s, outcome.latency_ms / 1000.0, arm.latency_samples
-        )
-        update["latency_samples"] = arm.latency_samples + 1
-    if accounting.availability is Availability.UP:
-        update["breaker"] = breaker.on_success(arm.breaker, policy.breaker)
-    elif accounting.availability is Availability.DOWN:
-        update["breaker"] = breaker.on_failure(arm.breaker, now, policy.breaker)
+        update.update(_health_update(arm, outcome, accounting.availability, now, policy))
     if outcome.status_class is StatusClass.RATE_LIMITED:
         update["rate_limited"] = arm.rate_limited + 1
+        if outcome.retry_after_s:
+            update["retry_after_until"] = max(arm.retry_after_until, now + outcome.retry_after_s)
     return arm.model_copy(update=update)
+
+
+def _health_update(
+    arm: ArmState, outcome: Outcome, availability: Availability, now: float, policy: Policy
+) -> dict[str, object]:
+    """Latency EMA (seed 000), failure and latency EWMAs (seed 003) and the breaker."""
+    alpha = policy.params.ewma_alpha
+    failed = availability is Availability.DOWN
+    ewma_failure = alpha * float(failed) + (1 - alpha) * arm.ewma_failure
+    if arm.observations == 0:
+        ewma_latency = outcome.latency_ms
+    else:
+        ewma_latency = alpha * outcome.latency_ms + (1 - alpha) * arm.ewma_latency_ms
+    update: dict[str, object] = {
+        "avg_latency_s": bandit.ema_latency(
+            arm.avg_latency_s, outcome.latency_ms / 1000.0, arm.latency_samples
+        ),
+        "latency_samples": arm.latency_samples + 1,
+        "ewma_failure": ewma_failure,
+        "ewma_latency_ms": ewma_latency,
+        "observations": arm.observations + 1,
+    }
+    params = policy.breaker
+    if not failed:
+        moved = breaker.on_success(arm.breaker, params)
+    elif params.ewma:
+        moved = breaker.on_ewma_failure(
+            arm.breaker, ewma_failure, arm.observations + 1, now, params
+        )
+    else:
+        moved = breaker.on_failure(arm.breaker, now, params)
+    update["breaker"] = moved
+    if params.ewma and moved.state is BreakerPhase.CLOSED and arm.breaker.state is not moved.state:
+        # Closed after probing: the failure history that tripped it is spent.
+        update.update(ewma_failure=0.0, observations=0)
+    return update
 
 
 def _error_response(

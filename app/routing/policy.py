@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from app.config import ProviderConfig, RoutingConfig, deployment_id
 from app.routing.breaker import BreakerParams
-from app.settings import RoutingParams
+from app.settings import BreakerMode, RoutingParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +26,16 @@ class Policy:
     config: RoutingConfig
     params: RoutingParams = field(default_factory=RoutingParams)
 
-    @property
+    @cached_property
     def breaker(self) -> BreakerParams:
+        ewma = self.params.cb_mode is BreakerMode.EWMA
         return BreakerParams(
             failure_threshold=self.params.cb_failure_threshold,
-            timeout_s=self.params.cb_timeout_s,
+            timeout_s=self.params.ewma_open_s if ewma else self.params.cb_timeout_s,
             half_open_max_calls=self.params.cb_half_open_max_calls,
+            ewma=ewma,
+            ewma_threshold=self.params.ewma_open_threshold,
+            ewma_min_observations=self.params.ewma_min_observations,
         )
 
     def arms(self, route: str) -> list[Arm]:
@@ -48,7 +53,7 @@ class Policy:
             return configured.max_attempts
         return self.params.max_attempts
 
-    @property
+    @cached_property
     def config_hash(self) -> str:
         """Hash of everything that can change a decision (never secrets)."""
         view = {"config": self.config.routing_view(), "params": self.params.model_dump(mode="json")}

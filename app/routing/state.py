@@ -47,7 +47,13 @@ class ArmState(Model):
     latency_samples: int = 0
     in_flight: int = 0
     rate_limited: int = 0
+    #: The provider asked (Retry-After) not to be called before this route-clock time.
+    retry_after_until: float = 0.0
     breaker: Breaker = Field(default_factory=Breaker)
+    #: Seed 003 §4: EWMA of failures (0/1) and latency over availability-relevant outcomes.
+    ewma_failure: float = 0.0
+    ewma_latency_ms: float = 0.0
+    observations: int = 0
 
     @property
     def mean_reward(self) -> float:

@@ -1,0 +1,223 @@
+"""The ``replay``, ``audit`` and ``export`` subcommands (wired up in :mod:`app.cli`).
+
+Exit codes: 0 done (replay: every decision reproduced), 1 replay found a
+discrepancy or audit found no such request, 2 the log or the policy could not
+be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.audit.log import RecordedLog, read_broker, read_export
+from app.config import load_config
+from app.kafka import bootstrap_servers
+from app.routing.policy import Policy
+from app.settings import RoutingParams, get_settings
+
+PARAM_NAMES = sorted(str(f.validation_alias) for f in RoutingParams.model_fields.values())
+
+
+class UsageError(Exception):
+    """Bad arguments or an unreadable log: reported in one line, exit code 2."""
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--broker", help="host:port of the Kafka cluster (default: SWITCHYARD_BROKER)"
+    )
+    source.add_argument(
+        "--from-export", type=Path, metavar="DIR", help="read a `switchyard export` directory"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to read the topics (broker)"
+    )
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--providers",
+        type=Path,
+        metavar="FILE",
+        help="providers file (default: SWITCHYARD_PROVIDERS)",
+    )
+
+
+def load_log(args: argparse.Namespace, only_request: str | None = None) -> RecordedLog:
+    try:
+        if args.from_export is not None:
+            return read_export(args.from_export, only_request)
+        settings = get_settings()
+        bootstrap = bootstrap_servers(args.broker or settings.broker)
+        return asyncio.run(
+            read_broker(
+                bootstrap, settings.topics, only_request=only_request, timeout_s=args.timeout
+            )
+        )
+    except (OSError, LookupError, TimeoutError, ValueError) as exc:
+        raise UsageError(f"cannot read the recorded log: {exc}") from exc
+
+
+def load_policy(providers: Path | None, overrides: dict[str, str] | None = None) -> Policy:
+    """The providers file and RoutingParams from the environment (as the worker has them)."""
+    path = providers if providers is not None else get_settings().providers
+    try:
+        params = RoutingParams(**(overrides or {}))  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UsageError(f"routing parameter {where}: {first['msg']}") from None
+    return Policy(config=load_config(path), params=params)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in PARAM_NAMES:
+            raise UsageError(
+                f"--set {pair!r}: expected NAME=VALUE with NAME in {', '.join(PARAM_NAMES)}"
+            )
+        overrides[name] = value
+    return overrides
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    overrides = parse_overrides(args.set or [])
+    counterfactual_mode = bool(args.config or overrides or args.counterfactual)
+    policy = load_policy(args.config or args.providers, overrides)
+    log = load_log(args)
+    if counterfactual_mode:
+        from app.audit.counterfactual import counterfactual
+        from app.audit.side_by_side import render as render_side_by_side
+
+        label = (
+            ", ".join(
+                [f"config {args.config}"] * bool(args.config)
+                + [f"{k}={v}" for k, v in overrides.items()]
+            )
+            or "policy from the environment"
+        )
+        report = counterfactual(log, policy, label, runs=args.runs)
+        _emit(args, report.to_json(), render_side_by_side(report))
+        return 0
+
+    from app.audit.replay import render, replay
+
+    result = replay(log, policy)
+    _emit(args, result.to_json(limit=args.show), render(result, show=args.show))
+    return 0 if result.ok else 1
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    if args.json:
+        print(json.dumps(data, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def audit_command(args: argparse.Namespace) -> int:
+    from app.audit.explain import build_trace, render
+
+    reproduced: dict[str, bool] | None = None
+    if args.verify:
+        from app.audit.replay import replay
+
+        log = load_log(args)
+        report = replay(log, load_policy(args.providers))
+        failed = {m.decision_id for m in report.mismatches}
+        reproduced = {e.event.id: e.event.id not in failed for e in log.decisions if e.event}
+    else:
+        log = load_log(args, only_request=args.request_id)
+    trace = build_trace(log, args.request_id, reproduced)
+    if trace is None:
+        print(
+            f"switchyard: no record of request {args.request_id!r} in {log.source}", file=sys.stderr
+        )
+        return 1
+    _emit(args, trace, render(trace))
+    return 0
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from app.audit.export import write_export
+
+    log = load_log(args)
+    manifest = write_export(log, args.directory, get_settings().topics, redact=args.redact)
+    counts = ", ".join(f"{name} {n}" for name, n in manifest["counts"].items())
+    print(f"exported {log.source} to {args.directory}: {counts}")
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add the three subcommands to ``switchyard``'s subparsers."""
+    replay = commands.add_parser(
+        "replay",
+        help="re-derive every recorded decision from the routing log (or compare another policy)",
+    )
+    add_source_arguments(replay)
+    add_policy_arguments(replay)
+    replay.add_argument(
+        "--config", type=Path, metavar="ALT.yaml", help="counterfactual: this providers file"
+    )
+    replay.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help=f"counterfactual: override a routing parameter ({', '.join(PARAM_NAMES)})",
+    )
+    replay.add_argument(
+        "--counterfactual",
+        action="store_true",
+        help="counterfactual with the policy from the environment/--providers as it is",
+    )
+    replay.add_argument("--runs", type=int, default=5, help="counterfactual: seeded runs")
+    replay.add_argument("--show", type=int, default=5, help="mismatches shown in detail")
+    replay.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    replay.set_defaults(run=_guarded(replay_command))
+
+    audit = commands.add_parser("audit", help="explain one request's attempts")
+    audit.add_argument("request_id")
+    add_source_arguments(audit)
+    add_policy_arguments(audit)
+    audit.add_argument(
+        "--verify", action="store_true", help="also replay the log and mark each decision"
+    )
+    audit.add_argument("--json", action="store_true", help="the trace as JSON")
+    audit.set_defaults(run=_guarded(audit_command))
+
+    export = commands.add_parser("export", help="write the recorded streams as JSON Lines")
+    export.add_argument("directory", type=Path)
+    add_source_arguments(export)
+    export.add_argument(
+        "--redact", action="store_true", help="blank prompt and completion text in the export"
+    )
+    export.set_defaults(run=_guarded(export_command))
+
+
+def _guarded(command: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(command(args))
+        except UsageError as exc:
+            print(f"switchyard: {exc}", file=sys.stderr)
+            return 2
+
+    return run

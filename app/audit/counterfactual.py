@@ -1,0 +1,295 @@
+"""``switchyard replay --config ALT.yaml`` / ``--set NAME=VALUE``: what another policy does.
+
+The recorded requests are folded, in their recorded order and with the live
+:func:`app.routing.fold.handle`, under the alternative policy. Its state must
+evolve as it would have, so every attempt it dispatches gets an outcome, fed
+back as an ``AttemptFinished``:
+
+* when the alternative sends attempt *k* of a request where the record sent it,
+  the recorded feedback is folded at its recorded position, unchanged (so the
+  same policy reproduces the record exactly, which the tests check);
+* otherwise an outcome comes from :class:`app.audit.estimate.OutcomeModel`
+  (``same_request``, ``estimated`` or ``pooled``; see there) and its feedback is
+  folded once the route's event time passes the decision time plus its latency,
+  with ``retry`` when it failed in a retriable way and attempts remain.
+
+Everything the alternative reports beyond its decisions is therefore partly an
+estimate; the report says how many attempts rest on measurements and how many
+on each kind of estimate, and gives the spread over ``runs`` seeded draws.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.audit.estimate import MEASURED, SOURCES, OutcomeModel, Source
+from app.audit.log import RecordedLog, RoutingEvent, events, route_of
+from app.events import (
+    AttemptFinished,
+    Decision,
+    Dispatch,
+    Outcome,
+    RequestAccepted,
+    derived_id,
+)
+from app.execution.call import cost_usd
+from app.routing.fold import at, epoch, handle
+from app.routing.policy import Policy
+from app.routing.state import RouteState
+
+Key = tuple[str, int]
+
+
+def key_of(decision: Decision) -> Key:
+    return decision.request_id, decision.attempt
+
+
+@dataclass
+class RunResult:
+    decisions: dict[Key, Decision] = field(default_factory=dict)
+    outcomes: dict[Key, tuple[Outcome, Source]] = field(default_factory=dict)
+    #: Attempts for which the record holds no outcome at all to draw from.
+    unresolved: int = 0
+    #: Requests the alternative answered itself with "no deployment available".
+    router_errors: int = 0
+
+
+class _Run:
+    def __init__(self, log: RecordedLog, alt: Policy, model: OutcomeModel, run: int) -> None:
+        self.log, self.alt, self.model, self.run = log, alt, model, run
+        self.result = RunResult()
+        self.states: dict[str, RouteState] = {}
+        self.positions: dict[str, int] = {}
+        self.pending: dict[str, list[tuple[float, int, AttemptFinished]]] = {}
+        self.sequence = 0
+        self.index = -1
+        self.at_recorded: set[Key] = set()
+        self.tried: dict[Key, list[str]] = {}
+        self.feedback: dict[Key, int] = {}
+        for index, entry in enumerate(log.routing):
+            if isinstance(entry.event, AttemptFinished):
+                o = entry.event.outcome
+                self.feedback.setdefault((o.request_id, o.attempt), index)
+
+    def execute(self) -> RunResult:
+        for index, entry in enumerate(self.log.routing):
+            event = entry.event
+            if event is None:
+                continue
+            self.index = index
+            route = route_of(event)
+            self.flush(route, epoch(event.occurred_at))
+            if isinstance(event, RequestAccepted):
+                self.fold(route, event)
+                continue
+            key = (event.outcome.request_id, event.outcome.attempt)
+            if key in self.at_recorded:  # the alternative made this very attempt
+                self.at_recorded.discard(key)
+                self.fold(route, event.model_copy(update={"tried": self.tried[key]}))
+        for route in list(self.pending):
+            self.flush(route, math.inf)
+        return self.result
+
+    def flush(self, route: str, until: float) -> None:
+        queue = self.pending.get(route)
+        while queue and queue[0][0] <= until:
+            _, _, event = heapq.heappop(queue)
+            self.fold(route, event)
+
+    def fold(self, route: str, event: RoutingEvent) -> None:
+        position = self.positions.get(route, -1) + 1
+        self.positions[route] = position
+        step = handle(self.states.get(route, RouteState()), event, position, self.alt)
+        self.states[route] = step.state
+        self.result.router_errors += len(step.responses)
+        for dispatch in step.dispatches:
+            self.dispatched(route, dispatch)
+
+    def dispatched(self, route: str, dispatch: Dispatch) -> None:
+        decision = dispatch.decision
+        key = key_of(decision)
+        self.result.decisions[key] = decision
+        self.tried[key] = [*dispatch.tried, decision.deployment]
+        recorded_at = self.feedback.get(key, -1)
+        if recorded_at > self.index:
+            recorded = self.log.routing[recorded_at].event
+            assert isinstance(recorded, AttemptFinished)
+            if recorded.outcome.deployment == decision.deployment:
+                self.at_recorded.add(key)
+                self.result.outcomes[key] = (recorded.outcome, "recorded")
+                return
+        drawn = self.model.draw(self.run, *key, decision.deployment, route)
+        if drawn is None:
+            self.result.unresolved += 1
+            return
+        source_outcome, source = drawn
+        outcome = self.synthetic_outcome(dispatch, source_outcome)
+        self.result.outcomes[key] = (outcome, source)
+        self.sequence += 1
+        finished = AttemptFinished(
+            id=derived_id("counterfactual-finished", self.run, *key),
+            occurred_at=outcome.occurred_at,
+            outcome=outcome,
+            tried=self.tried[key],
+            retry=None if outcome.final else dispatch.accepted,
+        )
+        due = epoch(outcome.occurred_at)
+        heapq.heappush(self.pending.setdefault(route, []), (due, self.sequence, finished))
+
+    def synthetic_outcome(self, dispatch: Dispatch, source: Outcome) -> Outcome:
+        decision = dispatch.decision
+        provider = self.alt.config.provider_by_id[decision.provider]
+        final = not (source.retriable and decision.attempt < dispatch.max_attempts)
+        return source.model_copy(
+            update={
+                "id": derived_id("counterfactual-outcome", self.run, *key_of(decision)),
+                "occurred_at": at(epoch(decision.occurred_at) + source.latency_ms / 1000.0),
+                "request_id": decision.request_id,
+                "attempt": decision.attempt,
+                "route": decision.route,
+                "deployment": decision.deployment,
+                "provider": decision.provider,
+                "model": decision.model,
+                "decision_id": decision.id,
+                "cost_usd": cost_usd(
+                    provider, source.tokens_in, source.tokens_out, source.tokens_cached
+                ),
+                "final": final,
+            }
+        )
+
+
+def simulate(log: RecordedLog, alt: Policy, run: int = 0) -> RunResult:
+    model = OutcomeModel.from_outcomes(_recorded_outcomes(log))
+    return _Run(log, alt, model, run).execute()
+
+
+def _recorded_outcomes(log: RecordedLog) -> list[Outcome]:
+    return [e.outcome for e in events(log.routing) if isinstance(e, AttemptFinished)]
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class Side:
+    """Totals of one world: the recorded one (measured) or one alternative run."""
+
+    requests: int
+    attempts: int
+    share: dict[str, float]
+    requests_ok: float
+    mean_reward: float
+    mean_latency_ms: float
+    total_cost_usd: float
+    first_changed: int = 0
+    sources: dict[str, int] = field(default_factory=dict)
+    unresolved: int = 0
+    router_errors: int = 0
+
+
+def _side(decisions: Mapping[Key, Decision], outcomes: list[Outcome], requests: int) -> Side:
+    counts = Counter(d.deployment for d in decisions.values())
+    total = sum(counts.values())
+    ok = {o.request_id for o in outcomes if o.reward >= 0.5}
+    n = len(outcomes)
+    return Side(
+        requests=requests,
+        attempts=total,
+        share={d: c / total for d, c in sorted(counts.items())},
+        requests_ok=len(ok) / requests if requests else 0.0,
+        mean_reward=sum(o.reward for o in outcomes) / n if n else 0.0,
+        mean_latency_ms=sum(o.latency_ms for o in outcomes) / n if n else 0.0,
+        total_cost_usd=sum(o.cost_usd for o in outcomes),
+    )
+
+
+@dataclass
+class CounterfactualReport:
+    recorded_config_hashes: dict[str, int]
+    alternative_config_hash: str
+    alternative_label: str
+    recorded: Side
+    runs: list[Side]
+    basis: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "recorded_config_hashes": self.recorded_config_hashes,
+            "alternative_config_hash": self.alternative_config_hash,
+            "alternative": self.alternative_label,
+            "recorded": asdict(self.recorded),
+            "alternative_runs": [asdict(run) for run in self.runs],
+            "basis": self.basis,
+            "estimator": "see app/audit/estimate.py: recorded > same_request > estimated > pooled",
+        }
+
+
+def counterfactual(
+    log: RecordedLog, alt: Policy, label: str, runs: int = 5
+) -> CounterfactualReport:
+    recorded_decisions: dict[Key, Decision] = {}
+    for decision in events(log.decisions):
+        recorded_decisions.setdefault((decision.request_id, decision.attempt), decision)
+    outcomes = {o.id: o for o in _recorded_outcomes(log)}
+    requests = len(
+        {e.request.request_id for e in events(log.routing) if isinstance(e, RequestAccepted)}
+    )
+    model = OutcomeModel.from_outcomes(outcomes.values())
+    sides = []
+    for run in range(max(1, runs)):
+        result = _Run(log, alt, model, run).execute()
+        side = _side(result.decisions, [o for o, _ in result.outcomes.values()], requests)
+        changed = sum(
+            1
+            for (request_id, attempt), decision in result.decisions.items()
+            if attempt == 1
+            and (request_id, 1) in recorded_decisions
+            and recorded_decisions[(request_id, 1)].deployment != decision.deployment
+        )
+        sources = Counter(source for _, source in result.outcomes.values())
+        sides.append(
+            Side(
+                **{
+                    **side.__dict__,
+                    "first_changed": changed,
+                    "sources": {s: sources.get(s, 0) for s in SOURCES},
+                    "unresolved": result.unresolved,
+                    "router_errors": result.router_errors,
+                }
+            )
+        )
+    basis = []
+    for row in model.basis():
+        low, high = row.wilson()
+        basis.append(
+            {
+                "deployment": row.deployment,
+                "n": row.n,
+                "success_rate": row.success_rate,
+                "success_rate_95": [low, high],
+                "mean_latency_ms": row.mean_latency_ms,
+                "mean_cost_usd": row.mean_cost_usd,
+            }
+        )
+    return CounterfactualReport(
+        recorded_config_hashes=dict(Counter(d.config_hash for d in recorded_decisions.values())),
+        alternative_config_hash=alt.config_hash,
+        alternative_label=label,
+        recorded=_side(recorded_decisions, list(outcomes.values()), requests),
+        runs=sides,
+        basis=basis,
+    )
+
+
+def measured_share(side: Side) -> float:
+    """Fraction of an alternative run's attempts whose outcome is a measurement."""
+    total = sum(side.sources.values())
+    return sum(n for s, n in side.sources.items() if s in MEASURED) / total if total else 1.0

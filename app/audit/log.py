@@ -1,0 +1,235 @@
+"""The recorded topics as one ordered, in-memory log: from a broker or from an export.
+
+Four streams matter to replay and audit:
+
+* ``routing``: the routing log (``switchyard.routing``), every ``RequestAccepted``
+  and ``AttemptFinished`` in the order the router applied them. A record's
+  offset is the ``position`` the live router passed to ``handle``.
+* ``decisions``, ``outcomes``, ``responses``: the public topics.
+
+Each record keeps its partition, offset and exact JSON text (so an export is
+byte-faithful) next to the parsed event. A record that does not parse is kept
+with ``event=None`` and a short reason (never its content): the live router
+dead-letters such a routing record without folding it, and replay does the same.
+
+Reading a topic "to the end" on Tansu needs :func:`app.compat.tansu.true_end_offsets`
+(its ListOffsets answers short); the broker reader snapshots the end offsets of
+all four streams first and then reads each partition exactly up to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import TypeAdapter, ValidationError
+
+from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
+from app.events import AttemptFinished, Decision, Outcome, RequestAccepted, Response
+from app.events import RoutingLogEvent as _RoutingLogEvent
+from app.settings import Topics
+
+E = TypeVar("E")
+RoutingEvent = RequestAccepted | AttemptFinished
+STREAMS = ("routing", "decisions", "outcomes", "responses")
+EXPORT_FORMAT = "switchyard-export/1"
+
+_routing_adapter: TypeAdapter[RoutingEvent] = TypeAdapter(_RoutingLogEvent)
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "routing": _routing_adapter.validate_json,
+    "decisions": Decision.model_validate_json,
+    "outcomes": Outcome.model_validate_json,
+    "responses": Response.model_validate_json,
+}
+#: The line layout :mod:`app.audit.export` writes; anything else is parsed as plain JSON.
+_ROUTING_LINE = re.compile(r'^\{"partition":(\d+),"offset":(\d+),"event":(.*)\}$', re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[E]):
+    """One record: where it was, its exact text, and the event (None when unreadable)."""
+
+    partition: int
+    offset: int
+    raw: str
+    event: E | None
+    error: str | None = None
+
+
+@dataclass
+class RecordedLog:
+    source: str
+    routing: list[Entry[RoutingEvent]] = field(default_factory=list)
+    decisions: list[Entry[Decision]] = field(default_factory=list)
+    outcomes: list[Entry[Outcome]] = field(default_factory=list)
+    responses: list[Entry[Response]] = field(default_factory=list)
+    #: Routing partition -> first offset still in the log (> 0: history was truncated).
+    routing_start: dict[int, int] = field(default_factory=dict)
+
+    def stream(self, name: str) -> list[Entry[Any]]:
+        entries: list[Entry[Any]] = getattr(self, name)
+        return entries
+
+    def counts(self) -> dict[str, int]:
+        return {name: len(self.stream(name)) for name in STREAMS}
+
+    def unreadable(self) -> dict[str, int]:
+        return {
+            name: sum(1 for entry in self.stream(name) if entry.event is None) for name in STREAMS
+        }
+
+    def sort(self) -> RecordedLog:
+        for name in STREAMS:
+            self.stream(name).sort(key=lambda entry: (entry.partition, entry.offset))
+        return self
+
+
+def events(entries: list[Entry[E]]) -> Iterator[E]:
+    """The readable events of a stream, in order."""
+    return (entry.event for entry in entries if entry.event is not None)
+
+
+def route_of(event: RoutingEvent) -> str:
+    return event.route if isinstance(event, RequestAccepted) else event.outcome.route
+
+
+def parse(stream: str, partition: int, offset: int, raw: str) -> Entry[Any]:
+    try:
+        return Entry(partition, offset, raw, _PARSERS[stream](raw))
+    except ValidationError as exc:
+        # The count only: a validation message can echo the input, prompts included.
+        return Entry(partition, offset, raw, None, f"{exc.error_count()} validation error(s)")
+
+
+def mentions(raw: str, request_id: str) -> bool:
+    """Cheap pre-filter: could this record be about ``request_id``?"""
+    return json.dumps(request_id) in raw
+
+
+# --------------------------------------------------------------------------- export files
+
+
+def read_export(directory: Path, only_request: str | None = None) -> RecordedLog:
+    """Read what :func:`app.audit.export.write_export` wrote."""
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{directory} is not a switchyard export (no manifest.json)")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if manifest.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
+    log = RecordedLog(source=f"export {directory}")
+    log.routing_start = {int(p): int(o) for p, o in manifest.get("routing_start", {}).items()}
+    for name in STREAMS:
+        path = directory / f"{name}.jsonl"
+        if not path.is_file():
+            continue
+        entries = log.stream(name)
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines):
+                line = line.rstrip("\n")
+                if not line or (only_request is not None and not mentions(line, only_request)):
+                    continue
+                if name == "routing":
+                    entries.append(_routing_line(line))
+                else:
+                    entries.append(parse(name, 0, number, line))
+    return log.sort()
+
+
+def _routing_line(line: str) -> Entry[Any]:
+    match = _ROUTING_LINE.match(line)
+    if match is not None:
+        partition, offset, raw = int(match[1]), int(match[2]), match[3]
+    else:  # rewritten by another tool: same columns, other layout
+        row = json.loads(line)
+        partition, offset = int(row["partition"]), int(row["offset"])
+        raw = json.dumps(row["event"], separators=(",", ":"))
+    if raw == "null":
+        return Entry(partition, offset, raw, None, "unreadable when exported")
+    return parse("routing", partition, offset, raw)
+
+
+# --------------------------------------------------------------------------- broker
+
+
+def topic_names(topics: Topics) -> dict[str, str]:
+    return {
+        "routing": topics.routing,
+        "decisions": topics.decisions,
+        "outcomes": topics.outcomes,
+        "responses": topics.responses,
+    }
+
+
+async def read_broker(
+    bootstrap: str,
+    topics: Topics,
+    *,
+    only_request: str | None = None,
+    timeout_s: float = 120.0,
+) -> RecordedLog:
+    """Read the four streams from the beginning to the end offsets seen at the start."""
+    names = topic_names(topics)
+    stream_of = {topic: name for name, topic in names.items()}
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    log = RecordedLog(source=f"broker {bootstrap}")
+    try:
+        partitions = await _partitions(consumer, list(names.values()))
+        consumer.assign(partitions)
+        starts: Mapping[TopicPartition, int] = await consumer.beginning_offsets(partitions)
+        reported: Mapping[TopicPartition, int] = await consumer.end_offsets(partitions)
+        ends = await true_end_offsets(bootstrap, reported)
+        log.routing_start = {
+            tp.partition: starts[tp] for tp in partitions if tp.topic == names["routing"]
+        }
+        pending = {tp for tp in partitions if ends[tp] > starts[tp]}
+        for tp in pending:
+            consumer.seek(tp, starts[tp])
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while pending:
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(
+                    f"read {log.counts()} before the deadline; still pending: "
+                    + ", ".join(f"{tp.topic}[{tp.partition}]" for tp in pending)
+                )
+            batches = await consumer.getmany(*pending, timeout_ms=500)
+            for tp, records in batches.items():
+                stream = stream_of[tp.topic]
+                for record in records:
+                    if record.offset >= ends[tp]:
+                        break
+                    raw = (record.value or b"").decode("utf-8", errors="replace")
+                    if only_request is None or mentions(raw, only_request):
+                        log.stream(stream).append(parse(stream, tp.partition, record.offset, raw))
+                if records and records[-1].offset + 1 >= ends[tp]:
+                    pending.discard(tp)
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+    finally:
+        await consumer.stop()
+    return log.sort()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topics: list[str]) -> list[TopicPartition]:
+    await consumer._client.force_metadata_update()
+    found: list[TopicPartition] = []
+    for topic in topics:
+        numbers = consumer.partitions_for_topic(topic)
+        if not numbers:
+            raise LookupError(f"topic {topic!r} does not exist on the broker")
+        found.extend(TopicPartition(topic, n) for n in sorted(numbers))
+    return found

@@ -1,0 +1,209 @@
+"""A recorded log made without a broker: the live fold against simulated providers.
+
+For the replay tests and ``bench/replay_speed.py``. A small discrete-event
+simulation does what the worker does: requests arrive at a fixed interval and
+go on the routing log; each event on the log is folded at once with
+:func:`app.routing.fold.handle` at its offset; each dispatched attempt finishes
+after its simulated latency with an outcome drawn from its deployment's
+:class:`Profile` (seeded), which goes on the routing log as ``AttemptFinished``
+(with ``retry`` when it failed in a retriable way and attempts remain). Every
+record is serialised to JSON and parsed back, as it would be on a broker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.audit.log import Entry, RecordedLog, RoutingEvent, parse, route_of
+from app.events import (
+    AttemptFinished,
+    ChatMessage,
+    ChatRequest,
+    Dispatch,
+    ErrorBody,
+    LogPosition,
+    Outcome,
+    RequestAccepted,
+    Response,
+    StatusClass,
+    derived_id,
+)
+from app.execution.call import cost_usd
+from app.routing.bandit import seeded_rng
+from app.routing.fold import at, epoch, handle
+from app.routing.policy import Policy
+from app.routing.reliability import ACCOUNTING
+from app.routing.state import RouteState
+
+#: 2023-11-14T22:13:20Z, as in the tests.
+T0 = 1_700_000_000.0
+_HTTP = {
+    StatusClass.SUCCESS: 200,
+    StatusClass.SERVER_ERROR: 503,
+    StatusClass.RATE_LIMITED: 429,
+    StatusClass.CLIENT_ERROR: 400,
+    StatusClass.AUTH_ERROR: 401,
+    StatusClass.BAD_RESPONSE: 200,
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a simulated deployment behaves."""
+
+    success: float = 0.95
+    latency_ms: float = 800.0
+    #: Latency is uniform in ``latency_ms * [1 - jitter, 1 + jitter]``.
+    jitter: float = 0.5
+    failure: StatusClass = StatusClass.SERVER_ERROR
+    tokens_in: int = 40
+    tokens_out: int = 120
+
+
+def accepted(request_id: str, t: float, route: str, offset: int) -> RequestAccepted:
+    content = f"synthetic prompt {offset % 7}"
+    return RequestAccepted(
+        id=derived_id("accepted", request_id),
+        occurred_at=at(t),
+        request=ChatRequest(
+            request_id=request_id,
+            model=route,
+            messages=[ChatMessage(role="user", content=content)],
+        ),
+        route=route,
+        prompt_sha256=hashlib.sha256(content.encode()).hexdigest(),
+        prompt_chars=len(content),
+        source=LogPosition(topic="llm.requests", partition=0, offset=offset),
+    )
+
+
+class _Simulation:
+    def __init__(self, policy: Policy, profiles: Mapping[str, Profile], seed: int) -> None:
+        self.policy = policy
+        self.profiles = profiles
+        self.seed = seed
+        self.log = RecordedLog(source=f"synthetic seed {seed}")
+        self.states: dict[str, RouteState] = {}
+        self.partition = {route: i for i, route in enumerate(policy.config.route_names())}
+        self.offsets: dict[int, int] = {}
+        self.queue: list[tuple[float, int, RoutingEvent]] = []
+        self.sequence = 0
+
+    def schedule(self, t: float, event: RoutingEvent) -> None:
+        self.sequence += 1
+        heapq.heappush(self.queue, (t, self.sequence, event))
+
+    def run(self) -> RecordedLog:
+        while self.queue:
+            _, _, event = heapq.heappop(self.queue)
+            self.append(event)
+        self.log.routing_start = {p: 0 for p in self.offsets}
+        return self.log.sort()
+
+    def append(self, event: RoutingEvent) -> None:
+        """Put the event on the routing log, fold it, publish what the router returns."""
+        route = route_of(event)
+        partition = self.partition.get(route, 0)
+        offset = self.offsets.get(partition, 0)
+        self.offsets[partition] = offset + 1
+        entry: Entry[RoutingEvent] = parse("routing", partition, offset, event.model_dump_json())
+        assert entry.event is not None
+        self.log.routing.append(entry)
+        step = handle(self.states.get(route, RouteState()), entry.event, offset, self.policy)
+        self.states[route] = step.state
+        for dispatch in step.dispatches:
+            self.record("decisions", dispatch.decision.model_dump_json())
+            self.execute(dispatch)
+        for response in step.responses:
+            self.record("responses", response.model_dump_json())
+
+    def record(self, stream: str, raw: str) -> None:
+        entries = self.log.stream(stream)
+        entries.append(parse(stream, 0, len(entries), raw))
+
+    def execute(self, dispatch: Dispatch) -> None:
+        decision = dispatch.decision
+        profile = self.profiles.get(decision.deployment, Profile())
+        rng = seeded_rng("synthetic", self.seed, decision.request_id, decision.attempt)
+        ok = rng.random() < profile.success
+        status = StatusClass.SUCCESS if ok else profile.failure
+        latency_ms = profile.latency_ms * (1.0 + profile.jitter * (2.0 * rng.random() - 1.0))
+        retriable = ACCOUNTING[status].retriable
+        final = not (retriable and decision.attempt < dispatch.max_attempts)
+        provider = self.policy.config.provider_by_id[decision.provider]
+        tokens_in, tokens_out = (profile.tokens_in, profile.tokens_out) if ok else (0, 0)
+        done = epoch(decision.occurred_at) + latency_ms / 1000.0
+        outcome = Outcome(
+            id=derived_id("outcome", decision.request_id, decision.attempt),
+            occurred_at=at(done),
+            request_id=decision.request_id,
+            attempt=decision.attempt,
+            route=decision.route,
+            deployment=decision.deployment,
+            provider=decision.provider,
+            model=decision.model,
+            decision_id=decision.id,
+            status_class=status,
+            http_status=_HTTP.get(status),
+            latency_ms=latency_ms,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=cost_usd(provider, tokens_in, tokens_out, 0),
+            reward=1.0 if ok else 0.0,
+            finish_reason="stop" if ok else None,
+            retriable=retriable,
+            final=final,
+            error=None if ok else status.value,
+        )
+        self.record("outcomes", outcome.model_dump_json())
+        self.schedule(
+            done,
+            AttemptFinished(
+                id=derived_id("finished", decision.request_id, decision.attempt),
+                occurred_at=outcome.occurred_at,
+                outcome=outcome,
+                tried=[*dispatch.tried, decision.deployment],
+                retry=None if final else dispatch.accepted,
+            ),
+        )
+        if final:
+            self.record("responses", _response(outcome).model_dump_json())
+
+
+def _response(outcome: Outcome) -> Response:
+    ok = outcome.status_class is StatusClass.SUCCESS
+    completion: dict[str, Any] = {"choices": [{"message": {"role": "assistant", "content": "…"}}]}
+    return Response(
+        id=derived_id("response", outcome.request_id),
+        occurred_at=outcome.occurred_at,
+        request_id=outcome.request_id,
+        status="ok" if ok else "error",
+        attempts=outcome.attempt,
+        deployment=outcome.deployment,
+        completion=completion if ok else None,
+        error=None
+        if ok
+        else ErrorBody(type=outcome.status_class.value, message="simulated", code="provider_error"),
+    )
+
+
+def synthetic_log(
+    policy: Policy,
+    profiles: Mapping[str, Profile],
+    requests: int,
+    *,
+    seed: int = 0,
+    interval_s: float = 0.05,
+    start: float = T0,
+) -> RecordedLog:
+    """``requests`` requests, one every ``interval_s``, spread over the policy's routes."""
+    simulation = _Simulation(policy, profiles, seed)
+    routes = policy.config.route_names()
+    for i in range(requests):
+        t = start + i * interval_s
+        simulation.schedule(t, accepted(f"req-{seed}-{i:06d}", t, routes[i % len(routes)], i))
+    return simulation.run()

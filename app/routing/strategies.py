@@ -1,0 +1,129 @@
+"""Ranking strategies: given the eligible arms in config order, score them and pick one.
+
+Each returns every candidate's score with its per-factor contributions, the
+chosen index, and the propensity of that choice under the strategy (1.0 for a
+deterministic argmax/argmin). Thompson's draws come from generators seeded by
+the request id and attempt, so a replay draws the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.events import Candidate
+from app.routing import bandit
+from app.routing.policy import Arm, Policy
+from app.routing.state import ArmState
+from app.settings import Strategy
+
+ALGORITHM_VERSION = {
+    Strategy.UCB1: "seed000-ucb1/1",
+    Strategy.THOMPSON: "seed000-thompson/1",
+    Strategy.COMPOSITE: "seed003-composite/1",
+}
+#: Monte Carlo draws behind a Thompson decision's propensity (std. error <= 0.035).
+PROPENSITY_DRAWS = 200
+#: Seed 003 §3/§6 workload used to price one request in the composite score.
+COMPOSITE_INPUT_TOKENS = 800
+COMPOSITE_OUTPUT_TOKENS = 250
+
+Eligible = Sequence[tuple[Arm, ArmState]]
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    chosen: int
+    candidates: list[Candidate]
+    propensity: float = 1.0
+
+
+def rank(
+    eligible: Eligible, total_started: int, request_id: str, attempt: int, policy: Policy
+) -> Ranking:
+    strategy = policy.params.strategy
+    if strategy is Strategy.THOMPSON:
+        return thompson(eligible, request_id, attempt)
+    if strategy is Strategy.COMPOSITE:
+        return composite(eligible)
+    return ucb1(eligible, total_started, policy)
+
+
+def ucb1(eligible: Eligible, total_started: int, policy: Policy) -> Ranking:
+    params = policy.params
+    candidates: list[Candidate] = []
+    scores: list[float] = []
+    first_untried: int | None = None
+    for index, (arm, state) in enumerate(eligible):
+        bonuses = {
+            "cost_bonus": bandit.cost_bonus(arm.provider.bonus_cost_per_mtok, params.cost_weight),
+            "latency_bonus": bandit.latency_bonus(state.avg_latency_s, params.latency_weight),
+        }
+        if state.started == 0:
+            # Seed 000: an arm never pulled is chosen before the formula applies.
+            first_untried = index if first_untried is None else first_untried
+            candidates.append(Candidate(deployment=arm.deployment, score=None, factors=bonuses))
+            scores.append(0.0)
+            continue
+        factors = {
+            "mean_reward": state.mean_reward,
+            "exploration": bandit.exploration_term(
+                params.exploration_bonus, total_started, state.started
+            ),
+            **bonuses,
+        }
+        score = factors["mean_reward"] + factors["exploration"] + sum(bonuses.values())
+        candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
+        scores.append(score)
+    chosen = first_untried if first_untried is not None else bandit.argmax_first(scores)
+    return Ranking(chosen, candidates)
+
+
+def thompson(eligible: Eligible, request_id: str, attempt: int) -> Ranking:
+    posteriors = [(state.alpha, state.beta) for _, state in eligible]
+    samples = bandit.thompson_draws(posteriors, bandit.seeded_rng("thompson", request_id, attempt))
+    chosen = bandit.argmax_first(samples)
+    propensity = bandit.thompson_propensity(
+        posteriors,
+        chosen,
+        bandit.seeded_rng("propensity", request_id, attempt),
+        PROPENSITY_DRAWS,
+    )
+    candidates = [
+        Candidate(
+            deployment=arm.deployment,
+            score=sample,
+            factors={"alpha": state.alpha, "beta": state.beta, "sample": sample},
+        )
+        for (arm, state), sample in zip(eligible, samples, strict=True)
+    ]
+    return Ranking(chosen, candidates, propensity)
+
+
+def request_cost_usd(arm: Arm) -> float:
+    """Seed 003's workload priced at the provider's rates: 800 input + 250 output tokens."""
+    provider = arm.provider
+    return (
+        COMPOSITE_INPUT_TOKENS * provider.cost_per_mtok_input
+        + COMPOSITE_OUTPUT_TOKENS * provider.cost_per_mtok_output
+    ) / 1_000_000
+
+
+def composite(eligible: Eligible) -> Ranking:
+    """Seed 003 §4: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure)``.
+
+    Lowest wins; ties go to config order. An arm with no latency sample yet
+    scores 0, so each arm is tried before the EWMAs steer.
+    """
+    candidates: list[Candidate] = []
+    negated: list[float] = []
+    for arm, state in eligible:
+        factors = {
+            "cost_usd": request_cost_usd(arm),
+            "latency_penalty": (state.ewma_latency_ms / arm.provider.p95_latency_baseline_ms) ** 2,
+            "failure_penalty": 1.0 + 10.0 * state.ewma_failure,
+        }
+        score = factors["cost_usd"] * factors["latency_penalty"] * factors["failure_penalty"]
+        candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
+        negated.append(-score)
+    return Ranking(bandit.argmax_first(negated), candidates)
