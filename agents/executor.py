@@ -21,9 +21,7 @@ from app.config import ModelSpec, ProviderConfig
 from app.events import (
     AttemptFinished,
     Dispatch,
-    ErrorBody,
     Outcome,
-    Response,
     StatusClass,
     derived_id,
 )
@@ -33,7 +31,6 @@ from app.faust_app import (
     app,
     dispatch_topic,
     outcomes_topic,
-    responses_topic,
     routing_topic,
     settings,
 )
@@ -95,45 +92,21 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
 
 
 async def _publish(dispatch: Dispatch, outcome: Outcome, result: CallResult, final: bool) -> None:
-    request_id = outcome.request_id
-    await outcomes_topic.send(key=request_id.encode(), value=outcome.model_dump_json())
+    """The outcome for analysts, and the feedback the router folds (and answers from)."""
+    await outcomes_topic.send(key=outcome.request_id.encode(), value=outcome.model_dump_json())
     finished = AttemptFinished(
-        id=derived_id("finished", request_id, outcome.attempt),
+        id=derived_id("finished", outcome.request_id, outcome.attempt),
         occurred_at=outcome.occurred_at,
         outcome=outcome,
         tried=[*dispatch.tried, outcome.deployment],
         retry=None if final else dispatch.accepted,
+        completion=result.completion,
     )
     await routing_topic.send(key=outcome.route.encode(), value=finished.model_dump_json())
-    if final:
-        response = final_response(outcome, result)
-        await responses_topic.send(key=request_id.encode(), value=response.model_dump_json())
-        metrics.RESPONSES.labels(status=response.status, source="executor").inc()
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:
     return ProviderConfig(id=provider_id, base_url="http://0.0.0.0", models=[ModelSpec(name="-")])
-
-
-def final_response(outcome: Outcome, result: CallResult) -> Response:
-    ok = result.completion is not None and outcome.status_class == "success"
-    return Response(
-        id=derived_id("response", outcome.request_id),
-        occurred_at=outcome.occurred_at,
-        request_id=outcome.request_id,
-        status="ok" if ok else "error",
-        attempts=outcome.attempt,
-        deployment=outcome.deployment,
-        completion=result.completion if ok else None,
-        error=None
-        if ok
-        else ErrorBody(
-            type=outcome.status_class.value,
-            message=outcome.error or outcome.status_class.value,
-            code="provider_error",
-            http_status=outcome.http_status,
-        ),
-    )
 
 
 def _observe(outcome: Outcome) -> None:

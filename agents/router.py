@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime
 
 from faust import StreamT
 from faust.types import EventT
@@ -15,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from agents.ingest import log_time, position_of
 from app import metrics
-from app.events import RoutingLogEvent
+from app.events import RouteTick, RoutingLogEvent, derived_id, route_of
 from app.faust_app import (
     app,
     deadletter_topic,
@@ -51,7 +52,7 @@ async def route(stream: StreamT[bytes]) -> None:
 
 
 async def _fold(parsed: RoutingLogEvent, offset: int) -> None:
-    route_name = parsed.route if parsed.type == "request.accepted" else parsed.outcome.route
+    route_name = route_of(parsed)
     started = time.perf_counter()
     step = handle(load_route_state(route_name), parsed, offset, policy_holder().current)
     metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
@@ -93,3 +94,14 @@ def _export_breakers(step: Step) -> None:
         metrics.CIRCUIT_BREAKER_STATE.labels(provider=provider).set(
             BREAKER_GAUGE[arm.breaker.state]
         )
+
+
+@app.timer(interval=settings.tick_interval_s)  # type: ignore[untyped-decorator]
+async def tick_routes() -> None:
+    """Publish the time on every configured route; the router expires lost attempts with it."""
+    now = datetime.now(UTC)
+    for route_name in policy_holder().current.config.route_names():
+        tick = RouteTick(
+            id=derived_id("tick", route_name, now.isoformat()), occurred_at=now, route=route_name
+        )
+        await routing_topic.send(key=route_name.encode(), value=tick.model_dump_json())

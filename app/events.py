@@ -139,9 +139,20 @@ class AttemptFinished(Envelope):
     #: Deployments tried so far by this request, this attempt's included.
     tried: list[str]
     retry: RequestAccepted | None = None
+    #: The OpenAI-format completion of a successful attempt (internal: the router answers).
+    completion: dict[str, Any] | None = None
 
 
-RoutingLogEvent = Annotated[RequestAccepted | AttemptFinished, Field(discriminator="type")]
+class RouteTick(Envelope):
+    """The passing of time on a route, so that attempts lost in a crash expire on an idle route."""
+
+    type: Literal["route.tick"] = "route.tick"
+    route: str
+
+
+RoutingLogEvent = Annotated[
+    RequestAccepted | AttemptFinished | RouteTick, Field(discriminator="type")
+]
 
 
 # --------------------------------------------------------------------------- decisions
@@ -235,6 +246,13 @@ class DeadLetter(Envelope):
     original_base64: str
 
 
+def route_of(event: RequestAccepted | AttemptFinished | RouteTick) -> str:
+    """The route a routing-log event belongs to (its partition key)."""
+    if isinstance(event, AttemptFinished):
+        return event.outcome.route
+    return event.route
+
+
 PUBLIC_EVENTS: dict[str, type[BaseModel]] = {
     "chat_request": ChatRequest,
     "decision": Decision,
@@ -246,4 +264,5 @@ INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
     "request_accepted": RequestAccepted,
     "attempt_finished": AttemptFinished,
     "dispatch": Dispatch,
+    "route_tick": RouteTick,
 }

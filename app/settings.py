@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     #: Turn on the Tansu workarounds (``app.compat.tansu``). The embedded stack sets it.
     tansu_compat: bool = False
     log_level: str = "warn"
+    #: How often each worker publishes a RouteTick per route (seconds).
+    tick_interval_s: float = Field(default=5.0, gt=0.0)
 
     topics: Topics = Field(default_factory=Topics)
     routing: RoutingParams = Field(default_factory=RoutingParams)

@@ -26,7 +26,7 @@ from factories import (
 from app.config import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
 from app.events import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import bandit
-from app.routing.fold import apply_outcome
+from app.routing.feedback import apply_outcome
 from app.routing.select import select
 from app.routing.state import INITIAL_LATENCY_S, ArmState, RouteState
 from app.routing.strategies import ALGORITHM_VERSION, PROPENSITY_DRAWS

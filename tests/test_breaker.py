@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from app.events import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import breaker as cb
 from app.routing.breaker import BreakerParams
-from app.routing.fold import apply_outcome
+from app.routing.feedback import apply_outcome
 from app.routing.policy import Policy
 from app.routing.reliability import (
     ACCOUNTING,

@@ -17,8 +17,9 @@ from factories import (
     route_state,
 )
 
-from app.events import StatusClass
-from app.routing.fold import apply_outcome, backoff_s, handle
+from app.events import RouteTick, StatusClass
+from app.routing.feedback import apply_outcome
+from app.routing.fold import at, backoff_s, handle
 from app.routing.select import select
 from app.routing.state import ArmState, BreakerPhase
 from app.routing.strategies import request_cost_usd
@@ -188,3 +189,17 @@ def test_no_retry_after_the_request_deadline() -> None:
     (response,) = step.responses
     assert response.status == "error"
     assert response.error is not None and response.error.code == "deadline_exceeded"
+
+
+def test_a_tick_expires_a_lost_attempt_on_an_idle_route_with_an_error_response() -> None:
+    pol = policy(CHEAP, DEAR, request_deadline_s=30.0)
+    run = fold([accepted("r1", T0)], pol)
+    tick = RouteTick(id="tick-1", occurred_at=at(T0 + 45), route="chat")
+    step = handle(run.state, tick, 1, pol)
+    assert step.state.open_attempts == {}
+    assert all(arm.in_flight == 0 for arm in step.state.arms.values())
+    (response,) = step.responses
+    assert response.request_id == "r1" and response.status == "error"
+    # A later duplicate of the lost attempt's outcome answers nothing more.
+    late = finished(outcome("r1", run.decisions[0].deployment, T0 + 46))
+    assert handle(step.state, late, 2, pol).responses == []

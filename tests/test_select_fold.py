@@ -98,7 +98,7 @@ def test_request_accepted_produces_one_dispatch() -> None:
     assert state.arm(B).in_flight == 0
     assert state.arm(A).pulls == 0
     assert state.open_attempts == {
-        "req-1#1": OpenAttempt(deployment=A, decided_at=T0 + 5, timeout_s=12.0)
+        "req-1#1": OpenAttempt(deployment=A, decided_at=T0 + 5, deadline=T0 + 5 + 120.0)
     }
     assert attempt_key("req-1", 1) == "req-1#1"
 
@@ -167,7 +167,8 @@ def test_attempt_finished_applies_once() -> None:
     once = handle(opened, done, 1, pol)
     assert once.applied is True
     assert once.dispatches == []
-    assert once.responses == []  # the executor publishes successful responses
+    (response,) = once.responses  # the router answers every request
+    assert response.request_id == "req-1" and response.attempts == 1
     a = once.state.arm(A)
     assert (a.pulls, a.total_reward, a.alpha, a.beta) == (1, 0.8, 2.0, 1.0)
     assert (a.avg_latency_s, a.latency_samples, a.in_flight) == (1.5, 1, 0)
@@ -259,7 +260,9 @@ def test_final_outcome_does_not_retry() -> None:
     opened, event = _failed_first_attempt(pol, final=True)
     step = handle(opened, event, 1, pol)
     assert step.dispatches == []
-    assert step.responses == []
+    (response,) = step.responses
+    assert response.status == "error" and response.error is not None
+    assert response.error.code == "provider_error"
     assert step.state.open_attempts == {}
 
 
@@ -401,14 +404,16 @@ def test_breaker_uses_route_clock_not_event_time() -> None:
     assert done.arm(A).breaker == open_breaker(T0 + 100)
 
 
-def test_lost_attempts_expire_after_timeout_plus_grace() -> None:
-    pol = policy(provider("a", timeout_ms=1000), provider("b"))
+def test_lost_attempts_expire_after_deadline_plus_grace() -> None:
+    pol = policy(provider("a", timeout_ms=1000), provider("b"), request_deadline_s=30.0)
     run = fold([accepted("r1", T0)], pol)
-    deadline = T0 + 1.0 + LOST_ATTEMPT_GRACE_S
+    deadline = T0 + 30.0 + LOST_ATTEMPT_GRACE_S
     at_deadline = fold([accepted("r2", deadline)], pol, run.state)
     assert "r1#1" in at_deadline.state.open_attempts
     past = fold([accepted("r3", deadline + 0.5)], pol, at_deadline.state)
     assert "r1#1" not in past.state.open_attempts
+    (lost,) = past.responses
+    assert lost.request_id == "r1" and lost.error is not None and lost.error.type == "lost"
     assert past.state.arm(A).in_flight == [d.deployment for d in past.decisions].count(A)
     # The lost attempt's late outcome is then ignored.
     late = handle(past.state, finish("r1", A, deadline + 1), 99, pol)

@@ -1,12 +1,21 @@
 """The router as a pure fold over the routing log: ``(state, event, policy) -> Step``.
 
 The live router agent, ``switchyard replay`` and the benchmark simulator all
-call :func:`handle`; nothing else changes routing state.
+call :func:`handle`; nothing else changes routing state, and nothing else
+answers a request: the router publishes every response, so a request's life
+has one writer.
 
-Idempotency: an attempt's outcome is applied only while that attempt is open,
-and applying it closes it in the same state write, so a redelivered outcome
-changes nothing. A redelivered request whose first attempt is still open is
-ignored the same way.
+Idempotency: an event at or below the row's position was already folded (a
+redelivery after a crash) and changes nothing. An attempt's outcome is applied
+only while that attempt is open, and applying it closes it in the same state
+write, so an outcome delivered twice (an executor that ran a dispatch twice)
+changes nothing and answers nothing. A request whose first attempt is open is
+not routed again.
+
+An attempt still open when its request's deadline (plus a grace) has passed
+was lost in a crash between the router's state write and its sends: it is
+closed with a ``lost`` error response, so no accepted request goes unanswered.
+``RouteTick`` events move the clock on idle routes.
 """
 
 from __future__ import annotations
@@ -19,23 +28,22 @@ from app.events import (
     Decision,
     Dispatch,
     ErrorBody,
-    Outcome,
     RequestAccepted,
     Response,
+    RouteTick,
     RoutingLogEvent,
     StatusClass,
     derived_id,
 )
-from app.routing import bandit, breaker
+from app.routing import bandit
+from app.routing.feedback import apply_outcome
 from app.routing.policy import Policy
-from app.routing.reliability import ACCOUNTING, Availability
 from app.routing.select import select
-from app.routing.state import ArmState, BreakerPhase, OpenAttempt, RouteState, attempt_key
+from app.routing.state import ArmState, OpenAttempt, RouteState, attempt_key
 from app.routing.strategies import ALGORITHM_VERSION
 
-#: An attempt open this long past its provider timeout is presumed lost (its
-#: dispatch or outcome never reached the log) and its concurrency slot is freed.
-LOST_ATTEMPT_GRACE_S = 60.0
+#: After its deadline, an executor makes no call; this much later no outcome can still come.
+LOST_ATTEMPT_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -60,28 +68,46 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         # Redelivered after a crash or rebalance: this row already includes it.
         return Step(state, applied=False)
     clock = max(state.clock, epoch(event.occurred_at))
-    state = _expire_lost_attempts(state.model_copy(update={"clock": clock, "position": position}))
-    if isinstance(event, RequestAccepted):
+    state, expired = _expire_lost_attempts(
+        state.model_copy(update={"clock": clock, "position": position})
+    )
+    if isinstance(event, RouteTick):
+        step = Step(state)
+    elif isinstance(event, RequestAccepted):
         if attempt_key(event.request.request_id, 1) in state.open_attempts:
-            return Step(state, applied=False)
-        return _route(state, event, 1, [], policy)
-    return _finish(state, event, policy)
+            step = Step(state, applied=False)
+        else:
+            step = _route(state, event, 1, [], policy)
+    else:
+        step = _finish(state, event, policy)
+    if expired:
+        return Step(step.state, step.dispatches, expired + step.responses, step.applied)
+    return step
 
 
-def _expire_lost_attempts(state: RouteState) -> RouteState:
+def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]]:
     lost = {
         key: attempt
         for key, attempt in state.open_attempts.items()
-        if attempt.decided_at + attempt.timeout_s + LOST_ATTEMPT_GRACE_S < state.clock
+        if attempt.deadline + LOST_ATTEMPT_GRACE_S < state.clock
     }
     if not lost:
-        return state
+        return state, []
     arms = dict(state.arms)
-    for attempt in lost.values():
+    responses = []
+    for key, attempt in sorted(lost.items()):
         arm = arms.get(attempt.deployment) or ArmState()
         arms[attempt.deployment] = arm.model_copy(update={"in_flight": max(0, arm.in_flight - 1)})
+        request_id, _, number = key.rpartition("#")
+        error = ErrorBody(
+            type="lost",
+            message=f"attempt {number} on {attempt.deployment} never reported back",
+            code="deadline_exceeded",
+            http_status=504,
+        )
+        responses.append(_error_response(request_id, int(number), state, error))
     still_open = {k: v for k, v in state.open_attempts.items() if k not in lost}
-    return state.model_copy(update={"arms": arms, "open_attempts": still_open})
+    return state.model_copy(update={"arms": arms, "open_attempts": still_open}), responses
 
 
 def _route(
@@ -109,7 +135,9 @@ def _route(
     open_attempts = {
         **state.open_attempts,
         attempt_key(request_id, attempt): OpenAttempt(
-            deployment=chosen.deployment, decided_at=state.clock, timeout_s=timeout_s
+            deployment=chosen.deployment,
+            decided_at=state.clock,
+            deadline=deadline_of(accepted, policy),
         ),
     }
     state = state.model_copy(update={"arms": arms, "open_attempts": open_attempts})
@@ -156,12 +184,9 @@ def _finish(state: RouteState, event: AttemptFinished, policy: Policy) -> Step:
     state = state.model_copy(
         update={"arms": {**state.arms, outcome.deployment: arm}, "open_attempts": open_attempts}
     )
-    if (
-        event.retry is None
-        or outcome.final
-        or outcome.attempt >= policy.max_attempts(outcome.route)
-    ):
-        return Step(state)
+    last_try = outcome.attempt >= policy.max_attempts(outcome.route)
+    if event.retry is None or outcome.final or last_try:
+        return Step(state, responses=[_final_response(event, state)])
     if state.clock >= deadline_of(event.retry, policy):
         error = ErrorBody(
             type="deadline_exceeded",
@@ -188,6 +213,28 @@ def _finish(state: RouteState, event: AttemptFinished, policy: Policy) -> Step:
     return step
 
 
+def _final_response(event: AttemptFinished, state: RouteState) -> Response:
+    outcome = event.outcome
+    if outcome.status_class is StatusClass.SUCCESS and event.completion is not None:
+        return Response(
+            id=derived_id("response", outcome.request_id),
+            occurred_at=at(state.clock),
+            request_id=outcome.request_id,
+            status="ok",
+            attempts=outcome.attempt,
+            deployment=outcome.deployment,
+            completion=event.completion,
+        )
+    error = ErrorBody(
+        type=outcome.status_class.value,
+        message=outcome.error or outcome.status_class.value,
+        code="provider_error",
+        http_status=outcome.http_status,
+    )
+    response = _error_response(outcome.request_id, outcome.attempt, state, error)
+    return response.model_copy(update={"deployment": outcome.deployment})
+
+
 def backoff_s(request_id: str, attempt: int, policy: Policy) -> float:
     """Seed 003 error n°1: exponential backoff between attempts, with seeded jitter.
 
@@ -202,62 +249,6 @@ def backoff_s(request_id: str, attempt: int, policy: Policy) -> float:
 
 def deadline_of(accepted: RequestAccepted, policy: Policy) -> float:
     return epoch(accepted.occurred_at) + policy.params.request_deadline_s
-
-
-def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -> ArmState:
-    """Fold one attempt outcome into its arm: bandit, latency EMAs, breaker, rate limits."""
-    accounting = ACCOUNTING[outcome.status_class]
-    alpha, beta = bandit.thompson_update(arm.alpha, arm.beta, outcome.reward)
-    update: dict[str, object] = {
-        "pulls": arm.pulls + 1,
-        "total_reward": arm.total_reward + outcome.reward,
-        "alpha": alpha,
-        "beta": beta,
-        "in_flight": max(0, arm.in_flight - 1),
-    }
-    if accounting.availability is not Availability.NEUTRAL:
-        update.update(_health_update(arm, outcome, accounting.availability, now, policy))
-    if outcome.status_class is StatusClass.RATE_LIMITED:
-        update["rate_limited"] = arm.rate_limited + 1
-        if outcome.retry_after_s:
-            update["retry_after_until"] = max(arm.retry_after_until, now + outcome.retry_after_s)
-    return arm.model_copy(update=update)
-
-
-def _health_update(
-    arm: ArmState, outcome: Outcome, availability: Availability, now: float, policy: Policy
-) -> dict[str, object]:
-    """Latency EMA (seed 000), failure and latency EWMAs (seed 003) and the breaker."""
-    alpha = policy.params.ewma_alpha
-    failed = availability is Availability.DOWN
-    ewma_failure = alpha * float(failed) + (1 - alpha) * arm.ewma_failure
-    if arm.observations == 0:
-        ewma_latency = outcome.latency_ms
-    else:
-        ewma_latency = alpha * outcome.latency_ms + (1 - alpha) * arm.ewma_latency_ms
-    update: dict[str, object] = {
-        "avg_latency_s": bandit.ema_latency(
-            arm.avg_latency_s, outcome.latency_ms / 1000.0, arm.latency_samples
-        ),
-        "latency_samples": arm.latency_samples + 1,
-        "ewma_failure": ewma_failure,
-        "ewma_latency_ms": ewma_latency,
-        "observations": arm.observations + 1,
-    }
-    params = policy.breaker
-    if not failed:
-        moved = breaker.on_success(arm.breaker, params)
-    elif params.ewma:
-        moved = breaker.on_ewma_failure(
-            arm.breaker, ewma_failure, arm.observations + 1, now, params
-        )
-    else:
-        moved = breaker.on_failure(arm.breaker, now, params)
-    update["breaker"] = moved
-    if params.ewma and moved.state is BreakerPhase.CLOSED and arm.breaker.state is not moved.state:
-        # Closed after probing: the failure history that tripped it is spent.
-        update.update(ewma_failure=0.0, observations=0)
-    return update
 
 
 def _error_response(

@@ -68,7 +68,8 @@ class ArmState(Model):
 class OpenAttempt(Model):
     deployment: str
     decided_at: float
-    timeout_s: float
+    #: The request's deadline (epoch seconds): no executor calls the provider after it.
+    deadline: float
 
 
 class RouteState(Model):
