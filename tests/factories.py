@@ -148,8 +148,16 @@ def accepted(
         route=route,
         prompt_sha256=hashlib.sha256(content.encode()).hexdigest(),
         prompt_chars=len(content),
-        source=LogPosition(topic="llm.requests", partition=0, offset=offset),
+        # One source partition per request id: requests are independent, and a copy of
+        # the same request (same id, same offset) is recognised as one.
+        source=LogPosition(
+            topic="llm.requests", partition=_partition_of(request_id), offset=offset
+        ),
     )
+
+
+def _partition_of(request_id: str) -> int:
+    return int(hashlib.sha256(request_id.encode()).hexdigest()[:6], 16)
 
 
 #: Typical HTTP status of each class (None where there is no response).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import time
@@ -11,66 +10,20 @@ from typing import Any
 
 import httpx
 import pytest
+from stack_helpers import (
+    MALFORMED,
+    SECRET_PROMPT,
+    chat,
+    collect,
+    publish,
+    total_pulls,
+    wait_for_pulls,
+)
 
 from app.client import RequestPublisher, TopicFollower
 from app.embedded.stack import EmbeddedStack
 
 pytestmark = pytest.mark.broker
-
-MALFORMED: list[tuple[bytes, str]] = [
-    (b"{not json", "not_json"),
-    (b"[1, 2, 3]", "not_object"),
-    (json.dumps({"request_id": "x"}).encode(), "schema_violation"),
-    (
-        json.dumps(
-            {"request_id": "y", "model": "nope", "messages": [{"role": "user", "content": "hi"}]}
-        ).encode(),
-        "unknown_route",
-    ),
-    (b"\xff\xfe\x00garbage", "not_json"),
-]
-SECRET_PROMPT = "the-prompt-text-must-never-leave-the-request"
-
-
-def chat(request_id: str) -> dict[str, Any]:
-    return {
-        "request_id": request_id,
-        "model": "chat",
-        "messages": [{"role": "user", "content": f"{SECRET_PROMPT} {request_id}"}],
-        "max_tokens": 50,
-        "unknown_field": "ignored, not fatal",
-    }
-
-
-async def collect(
-    stack: EmbeddedStack, until: dict[str, int], timeout_s: float = 90.0
-) -> dict[str, list[dict[str, Any]]]:
-    """Read topics from the start until each has at least ``until[topic]`` records."""
-    follower = await TopicFollower(stack.broker.bootstrap, list(until)).start()
-    seen: dict[str, list[dict[str, Any]]] = {topic: [] for topic in until}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            for record in await follower.poll():
-                seen[record.topic].append(json.loads(record.value or b"{}"))
-            if all(len(seen[t]) >= n for t, n in until.items()):
-                break
-        # Anything extra (duplicates) arriving just after.
-        for record in await follower.poll(timeout_ms=500):
-            seen[record.topic].append(json.loads(record.value or b"{}"))
-    finally:
-        await follower.stop()
-    return seen
-
-
-async def publish(stack: EmbeddedStack, requests: list[dict[str, Any] | bytes]) -> None:
-    publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
-    try:
-        for request in requests:
-            await publisher.publish(request)
-        await publisher.flush()
-    finally:
-        await publisher.stop()
 
 
 async def test_requests_flow_to_responses_and_bad_input_to_deadletter(
@@ -115,30 +68,6 @@ async def test_requests_flow_to_responses_and_bad_input_to_deadletter(
     assert "ai_circuit_breaker_state" in metrics.text
 
 
-async def _bandit_stats(port: str) -> dict[str, Any]:
-    async with httpx.AsyncClient() as client:
-        reply = await client.get(f"http://127.0.0.1:{port}/admin/bandit/stats", timeout=5)
-        return dict(reply.json())
-
-
-def _total_pulls(stats: dict[str, Any]) -> int:
-    return sum(arm["pulls"] for route in stats.values() for arm in route.values())
-
-
-async def _wait_for_pulls(port: str, pulls: int, timeout_s: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    stats: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        try:
-            stats = await _bandit_stats(port)
-            if _total_pulls(stats) >= pulls:
-                return stats
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.3)
-    return stats
-
-
 async def test_table_recovers_from_changelog_after_local_state_is_deleted(
     stack: EmbeddedStack,
 ) -> None:
@@ -147,13 +76,13 @@ async def test_table_recovers_from_changelog_after_local_state_is_deleted(
     await collect(stack, {stack.topics.outcomes: len(ids)})
     worker = stack.workers[0]
     port = worker.env["SWITCHYARD_WEB_PORT"]
-    before = await _wait_for_pulls(port, len(ids))
-    assert _total_pulls(before) == len(ids)
+    before = await wait_for_pulls(port, len(ids))
+    assert total_pulls(before) == len(ids)
 
     worker.stop()
     shutil.rmtree(worker.env["SWITCHYARD_DATA_DIR"])
     worker.start()
-    after = await _wait_for_pulls(port, len(ids))
+    after = await wait_for_pulls(port, len(ids))
     # Identical, to the last update: the Tansu end-offset workaround at work.
     assert after == before
 
@@ -163,7 +92,7 @@ async def test_redelivered_outcomes_do_not_change_the_state(stack: EmbeddedStack
     await publish(stack, [chat(i) for i in ids])
     await collect(stack, {stack.topics.outcomes: len(ids)})
     port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
-    before = await _wait_for_pulls(port, len(ids))
+    before = await wait_for_pulls(port, len(ids))
 
     # At-least-once delivery: every feedback record arrives a second time.
     follower = await TopicFollower(stack.broker.bootstrap, [stack.topics.routing]).start()
@@ -183,8 +112,8 @@ async def test_redelivered_outcomes_do_not_change_the_state(stack: EmbeddedStack
 
     # A marker request, routed after the duplicates, shows they have been folded.
     await publish(stack, [chat("dup-marker")])
-    after = await _wait_for_pulls(port, len(ids) + 1)
-    assert _total_pulls(after) == len(ids) + 1
+    after = await wait_for_pulls(port, len(ids) + 1)
+    assert total_pulls(after) == len(ids) + 1
     for route, arms in before.items():
         for deployment, arm in arms.items():
             if after[route][deployment]["pulls"] == arm["pulls"]:

@@ -203,3 +203,26 @@ def test_a_tick_expires_a_lost_attempt_on_an_idle_route_with_an_error_response()
     # A later duplicate of the lost attempt's outcome answers nothing more.
     late = finished(outcome("r1", run.decisions[0].deployment, T0 + 46))
     assert handle(step.state, late, 2, pol).responses == []
+
+
+def test_a_request_republished_by_ingest_after_a_crash_is_not_routed_again() -> None:
+    pol = policy(CHEAP, DEAR)
+    first = accepted("r1", T0, offset=41)
+    routed = fold([first], pol)
+    deployment = routed.decisions[0].deployment
+    done = finished(outcome("r1", deployment, T0 + 1))
+    answered = fold([done], pol, routed.state)
+    assert answered.responses and answered.state.open_attempts == {}
+    # The same source record, appended again to the routing log at a new position.
+    copy = fold([first.model_copy(update={"occurred_at": at(T0 + 2)})], pol, answered.state)
+    assert copy.dispatches == [] and copy.responses == []
+    assert copy.steps[0].applied is False
+    # Its outcome arriving again cannot count twice either.
+    again = fold([done], pol, copy.state)
+    assert again.state.arm(deployment).pulls == 1
+    # The next record of that source partition is a new request.
+    following = accepted("r2", T0 + 3, offset=42)
+    following = following.model_copy(
+        update={"source": first.source.model_copy(update={"offset": 42})}
+    )
+    assert len(fold([following], pol, copy.state).dispatches) == 1

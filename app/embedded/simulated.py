@@ -197,6 +197,11 @@ class ProviderOverride:
     outage: bool = False
     latency_factor: float = 1.0
     success_rate: float | None = None
+    #: Every call answers 429 with Retry-After (``retry_after_s`` real seconds when set).
+    rate_limited: bool = False
+    retry_after_s: float | None = None
+    #: Every call answers 200 with a body that is not a completion.
+    malformed: bool = False
 
 
 @dataclass
@@ -371,6 +376,15 @@ class SimulatedProviders:
             raise ValueError("success rate must be in [0, 1]")
         self._get(provider_id).override.success_rate = rate
 
+    def set_rate_limited(
+        self, provider_id: str, limited: bool = True, retry_after_s: float | None = None
+    ) -> None:
+        override = self._get(provider_id).override
+        override.rate_limited, override.retry_after_s = limited, retry_after_s
+
+    def set_malformed(self, provider_id: str, malformed: bool = True) -> None:
+        self._get(provider_id).override.malformed = malformed
+
     def clear_overrides(self, provider_id: str | None = None) -> None:
         targets = [provider_id] if provider_id is not None else list(self._providers)
         for pid in targets:
@@ -445,10 +459,13 @@ class SimulatedProviders:
             provider.stats.server_errors += 1
             return _server_error("simulated outage")
         latency_ms = result.latency_ms * override.latency_factor
-        if result.outcome is Outcome.RATE_LIMITED:
+        if override.malformed:
+            await self._sleep(latency_ms)
+            return web.Response(status=200, text='{"choices": [', content_type="application/json")
+        if override.rate_limited or result.outcome is Outcome.RATE_LIMITED:
             provider.stats.rate_limited += 1
             await self._sleep(latency_ms * RATE_LIMIT_LATENCY_FRACTION)
-            return self._rate_limited("simulated rate limit")
+            return self._rate_limited("simulated rate limit", override.retry_after_s)
         await self._sleep(latency_ms)
         if result.outcome is Outcome.SERVER_ERROR:
             provider.stats.server_errors += 1
@@ -465,8 +482,8 @@ class SimulatedProviders:
         headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
         return web.json_response(body, headers=headers)
 
-    def _rate_limited(self, message: str) -> web.Response:
-        retry_s = RETRY_AFTER_S * self.time_scale
+    def _rate_limited(self, message: str, retry_after_s: float | None = None) -> web.Response:
+        retry_s = RETRY_AFTER_S * self.time_scale if retry_after_s is None else retry_after_s
         headers = {
             "Retry-After": str(max(0, math.ceil(retry_s))),
             "retry-after-ms": str(round(retry_s * 1000)),

@@ -9,8 +9,9 @@ Idempotency: an event at or below the row's position was already folded (a
 redelivery after a crash) and changes nothing. An attempt's outcome is applied
 only while that attempt is open, and applying it closes it in the same state
 write, so an outcome delivered twice (an executor that ran a dispatch twice)
-changes nothing and answers nothing. A request whose first attempt is open is
-not routed again.
+changes nothing and answers nothing. A request is routed once: a copy that
+ingest re-published after a crash sits at or below the route's watermark for
+its source partition, and is ignored.
 
 An attempt still open when its request's deadline (plus a grace) has passed
 was lost in a crash between the router's state write and its sends: it is
@@ -74,9 +75,13 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     if isinstance(event, RouteTick):
         step = Step(state)
     elif isinstance(event, RequestAccepted):
-        if attempt_key(event.request.request_id, 1) in state.open_attempts:
+        source = f"{event.source.topic}:{event.source.partition}"
+        copy = event.source.offset <= state.accepted_through.get(source, -1)
+        if copy or attempt_key(event.request.request_id, 1) in state.open_attempts:
             step = Step(state, applied=False)
         else:
+            marks = {**state.accepted_through, source: event.source.offset}
+            state = state.model_copy(update={"accepted_through": marks})
             step = _route(state, event, 1, [], policy)
     else:
         step = _finish(state, event, policy)

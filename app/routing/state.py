@@ -80,6 +80,10 @@ class RouteState(Model):
     arms: dict[str, ArmState] = Field(default_factory=dict)
     #: Attempts decided and not yet finished, by ``request_id#attempt``.
     open_attempts: dict[str, OpenAttempt] = Field(default_factory=dict)
+    #: Per ``topic:partition`` of ``llm.requests``: the highest offset accepted onto this
+    #: route. Ingest re-publishes after a crash in source order, so anything at or below
+    #: it is a copy of a request already routed (and maybe already answered).
+    accepted_through: dict[str, int] = Field(default_factory=dict)
 
     def arm(self, deployment: str) -> ArmState:
         return self.arms.get(deployment) or ArmState()

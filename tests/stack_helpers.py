@@ -1,0 +1,100 @@
+"""Helpers for tests that drive a worker on the embedded broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from app.client import RequestPublisher, TopicFollower
+from app.embedded.stack import EmbeddedStack
+
+MALFORMED: list[tuple[bytes, str]] = [
+    (b"{not json", "not_json"),
+    (b"[1, 2, 3]", "not_object"),
+    (json.dumps({"request_id": "x"}).encode(), "schema_violation"),
+    (
+        json.dumps(
+            {"request_id": "y", "model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+        ).encode(),
+        "unknown_route",
+    ),
+    (b"\xff\xfe\x00garbage", "not_json"),
+]
+SECRET_PROMPT = "the-prompt-text-must-never-leave-the-request"
+
+
+def chat(request_id: str) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "model": "chat",
+        "messages": [{"role": "user", "content": f"{SECRET_PROMPT} {request_id}"}],
+        "max_tokens": 50,
+        "unknown_field": "ignored, not fatal",
+    }
+
+
+async def collect(
+    stack: EmbeddedStack, until: dict[str, int], timeout_s: float = 90.0
+) -> dict[str, list[dict[str, Any]]]:
+    """Read topics from the start until each has at least ``until[topic]`` records."""
+    follower = await TopicFollower(stack.broker.bootstrap, list(until)).start()
+    seen: dict[str, list[dict[str, Any]]] = {topic: [] for topic in until}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            for record in await follower.poll():
+                seen[record.topic].append(json.loads(record.value or b"{}"))
+            if all(len(seen[t]) >= n for t, n in until.items()):
+                break
+        # Anything extra (duplicates) arriving just after.
+        for record in await follower.poll(timeout_ms=500):
+            seen[record.topic].append(json.loads(record.value or b"{}"))
+    finally:
+        await follower.stop()
+    return seen
+
+
+async def publish(stack: EmbeddedStack, requests: list[dict[str, Any] | bytes]) -> None:
+    publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
+    try:
+        for request in requests:
+            await publisher.publish(request)
+        await publisher.flush()
+    finally:
+        await publisher.stop()
+
+
+async def bandit_stats(port: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as client:
+        reply = await client.get(f"http://127.0.0.1:{port}/admin/bandit/stats", timeout=5)
+        return dict(reply.json())
+
+
+def total_pulls(stats: dict[str, Any]) -> int:
+    return sum(arm["pulls"] for route in stats.values() for arm in route.values())
+
+
+async def wait_for_pulls(port: str, pulls: int, timeout_s: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    stats: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            stats = await bandit_stats(port)
+            if total_pulls(stats) >= pulls:
+                return stats
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.3)
+    return stats
+
+
+async def warm_up(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
+    """Wait until the worker answers a request, so a test measures a running router."""
+    request_id = f"warm-up-{time.monotonic_ns()}"
+    await publish(stack, [chat(request_id)])
+    seen = await collect(stack, {stack.topics.responses: 1}, timeout_s=timeout_s)
+    assert any(r["request_id"] == request_id for r in seen[stack.topics.responses])
