@@ -7,8 +7,9 @@ that is the whole history, and it never misses a record that raced its start.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -75,3 +76,31 @@ class TopicFollower:
         while True:
             for record in await self.poll():
                 yield record
+
+
+async def read_topics(
+    bootstrap: str,
+    topics: Iterable[str],
+    done: Callable[[dict[str, list[dict[str, Any]]]], bool],
+    timeout_s: float,
+    linger_s: float = 1.0,
+) -> dict[str, list[dict[str, Any]]]:
+    """Read JSON records of ``topics`` from the start until ``done(records)`` or the timeout.
+
+    Then keeps reading for ``linger_s`` so that late duplicates are seen too.
+    """
+    follower = await TopicFollower(bootstrap, topics).start()
+    records: dict[str, list[dict[str, Any]]] = {topic: [] for topic in follower.topics}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while loop.time() < deadline and not done(records):
+            for record in await follower.poll():
+                records[record.topic].append(json.loads(record.value or b"{}"))
+        linger_until = loop.time() + linger_s
+        while loop.time() < linger_until:
+            for record in await follower.poll():
+                records[record.topic].append(json.loads(record.value or b"{}"))
+    finally:
+        await follower.stop()
+    return records

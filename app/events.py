@@ -189,6 +189,8 @@ class Decision(Envelope):
     #: Routing-log offset of the event this decision was computed at.
     state_version: int
     propensity: float
+    #: Why the chosen deployment won: "score", "untried_first" or "half_open_probe".
+    selection_rule: str = "score"
     prompt_sha256: str
     prompt_chars: int
 

@@ -342,10 +342,15 @@ def test_half_open_transition_persisted_by_fold() -> None:
         T0,
     )
     step = handle(state, accepted("r", T0 + 61), 1, pol)
-    # a is HALF_OPEN now even though b was chosen (a's mean is poor).
-    assert step.dispatches[0].decision.deployment == B
+    # a is HALF_OPEN now and, with no probe in flight, takes this request as its probe
+    # although its mean is poor: otherwise it could never show that it recovered.
+    decision = step.dispatches[0].decision
+    assert (decision.deployment, decision.selection_rule) == (A, "half_open_probe")
     assert step.state.arm(A).breaker.state is BreakerPhase.HALF_OPEN
-    assert step.state.arm(A).in_flight == 0
+    assert step.state.arm(A).in_flight == 1
+    # One probe at a time: the next request goes by score.
+    nxt = handle(step.state, accepted("r2", T0 + 61.5), 2, pol)
+    assert nxt.dispatches[0].decision.deployment == B
 
 
 def test_half_open_transition_persisted_even_without_dispatch() -> None:

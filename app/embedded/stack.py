@@ -81,11 +81,14 @@ class EmbeddedStack:
         workdir: Path | None = None,
         broker: EmbeddedBroker | None = None,
         namespace: str = "",
+        providers_yaml: str | None = None,
     ) -> None:
         self._own_broker = broker is None
         self.broker = broker or EmbeddedBroker()
         self.namespace = namespace
         self.topics = namespaced_topics(namespace)
+        #: Route to these providers instead of the simulated ones (e.g. llmock servers).
+        self.providers_yaml = providers_yaml
         self.providers = SimulatedProviders(seed=seed, time_scale=time_scale)
         self.partitions = partitions
         self.extra_env = env or {}
@@ -120,7 +123,8 @@ class EmbeddedStack:
         if self._own_broker:
             await asyncio.to_thread(self.broker.start)
         await self.providers.start()
-        self.providers_file.write_text(demo_providers_yaml(self.providers), encoding="utf-8")
+        config = self.providers_yaml or demo_providers_yaml(self.providers)
+        self.providers_file.write_text(config, encoding="utf-8")
         await ensure_topics(self.settings())
         for _ in range(workers):
             self.add_worker()

@@ -162,6 +162,7 @@ def _route(
         config_hash=policy.config_hash,
         state_version=state.position,
         propensity=selection.propensity,
+        selection_rule=selection.rule,
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )

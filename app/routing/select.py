@@ -24,6 +24,8 @@ class Selection:
     propensity: float
     #: Arms whose breaker moved OPEN -> HALF_OPEN at this clock (to persist).
     arms: dict[str, ArmState]
+    #: Why the chosen arm won: "score", "untried_first" or "half_open_probe".
+    rule: str = "score"
 
 
 def _exclusion_reason(
@@ -73,6 +75,25 @@ def select(
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
     ranking = strategies.rank(eligible, total_started, request_id, attempt, policy)
+    probe = _due_probe(eligible) if ranking.rule != "untried_first" else None
+    if probe is not None:
+        # A half-open breaker gets one live probe at a time, whatever the scores say:
+        # otherwise a strategy that learnt to avoid the arm would never see it recover.
+        return Selection(
+            eligible[probe][0], ranking.candidates, excluded, 1.0, updated, "half_open_probe"
+        )
     return Selection(
-        eligible[ranking.chosen][0], ranking.candidates, excluded, ranking.propensity, updated
+        eligible[ranking.chosen][0],
+        ranking.candidates,
+        excluded,
+        ranking.propensity,
+        updated,
+        ranking.rule,
     )
+
+
+def _due_probe(eligible: list[tuple[Arm, ArmState]]) -> int | None:
+    for index, (_, state) in enumerate(eligible):
+        if state.breaker.state is BreakerPhase.HALF_OPEN and state.in_flight == 0:
+            return index
+    return None

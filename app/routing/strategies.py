@@ -36,6 +36,7 @@ class Ranking:
     chosen: int
     candidates: list[Candidate]
     propensity: float = 1.0
+    rule: str = "score"
 
 
 def rank(
@@ -75,8 +76,9 @@ def ucb1(eligible: Eligible, total_started: int, policy: Policy) -> Ranking:
         score = factors["mean_reward"] + factors["exploration"] + sum(bonuses.values())
         candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
         scores.append(score)
-    chosen = first_untried if first_untried is not None else bandit.argmax_first(scores)
-    return Ranking(chosen, candidates)
+    if first_untried is not None:
+        return Ranking(first_untried, candidates, rule="untried_first")
+    return Ranking(bandit.argmax_first(scores), candidates)
 
 
 def thompson(eligible: Eligible, request_id: str, attempt: int) -> Ranking:
