@@ -279,7 +279,7 @@ def test_select_excludes_open_breaker_until_timeout_then_persists_half_open() ->
     assert after.chosen.deployment == a  # mean .9 vs .1
 
 
-def test_half_open_admits_only_the_probes_it_needs() -> None:
+def test_half_open_admits_one_probe_at_a_time() -> None:
     pol = policy(provider("a"), provider("b"))
     a = dep("a")
 
@@ -291,11 +291,10 @@ def test_half_open_admits_only_the_probes_it_needs() -> None:
         excluded = {e.deployment: e.reason for e in select(state, "chat", "r", 1, [], pol).excluded}
         return excluded.get(a)
 
-    assert reason(0, 2) is None
-    assert reason(0, 3) == "breaker_half_open_probes_in_flight"
-    assert reason(1, 1) is None
-    assert reason(1, 2) == "breaker_half_open_probes_in_flight"
-    assert reason(2, 1) == "breaker_half_open_probes_in_flight"
+    assert reason(0, 0) is None
+    assert reason(0, 1) == "breaker_half_open_probe_in_flight"
+    assert reason(2, 0) is None
+    assert reason(2, 1) == "breaker_half_open_probe_in_flight"
 
 
 def test_full_breaker_lifecycle_through_fold() -> None:
@@ -343,23 +342,22 @@ def test_full_breaker_lifecycle_through_fold() -> None:
     )
     assert probe.state.arm(a).in_flight == 1
 
-    # Two more probes, three successes: CLOSED, failures reset.
+    # One probe at a time: a request while p1 is in flight is refused.
     t = last_failure + 62
-    more = fold([accepted("p2", t), accepted("p3", t + 0.1)], pol, probe.state)
-    assert len(more.dispatches) == 2
-    closing = fold(
-        [
-            finish("p1", a, t + 1),
-            finish("p2", a, t + 2),
-        ],
-        pol,
-        more.state,
-    )
-    assert closing.state.arm(a).breaker.state is HALF_OPEN
-    assert closing.state.arm(a).breaker.success_count == 2
-    closed = fold([finish("p3", a, t + 3)], pol, closing.state)
-    assert closed.state.arm(a).breaker == Breaker()
-    assert closed.state.arm(a).in_flight == 0
+    refused = fold([accepted("p2", t)], pol, probe.state)
+    assert refused.dispatches == [] and refused.responses[0].status == "error"
+
+    # Three successful probes, one after the other: CLOSED, failures reset.
+    state = fold([finish("p1", a, t + 1)], pol, refused.state).state
+    for i, name in enumerate(("p3", "p4")):
+        sent = fold([accepted(name, t + 2 + 2 * i)], pol, state)
+        assert [d.deployment for d in sent.decisions] == [a]
+        state = fold([finish(name, a, t + 3 + 2 * i)], pol, sent.state).state
+        if name == "p3":
+            assert state.arm(a).breaker.state is HALF_OPEN
+            assert state.arm(a).breaker.success_count == 2
+    assert state.arm(a).breaker == Breaker()
+    assert state.arm(a).in_flight == 0
 
 
 def test_half_open_probe_failure_reopens_through_fold() -> None:

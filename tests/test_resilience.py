@@ -109,7 +109,7 @@ def test_ewma_breaker_stays_open_thirty_seconds_then_probes() -> None:
     assert at_31.arms[dep("deepseek-v3.2")].breaker.state is BreakerPhase.HALF_OPEN
 
 
-def test_half_open_admits_a_bounded_number_of_probes() -> None:
+def test_half_open_admits_one_probe_at_a_time() -> None:
     pol = policy(CHEAP, DEAR)
     half_open = _failures(BreakerMode.SEED000, 5).model_copy(update={"in_flight": 0})
     still_open = arm(pulls=5, breaker=open_breaker(T0 + 90))
@@ -117,10 +117,10 @@ def test_half_open_admits_a_bounded_number_of_probes() -> None:
     state = route_state(arms, clock=T0 + 100)
     run = fold([accepted(f"p{i}", T0 + 100) for i in range(5)], pol, state)
     probes = [d for d in run.decisions if d.deployment == dep("deepseek-v3.2")]
-    assert len(probes) == pol.params.cb_half_open_max_calls
-    assert len(run.responses) == 2  # the rest is refused, not flooded onto the probe
+    assert len(probes) == 1
+    assert len(run.responses) == 4  # the rest is refused, not flooded onto the probe
     assert all(
-        r.error and "breaker_half_open_probes_in_flight" in r.error.message for r in run.responses
+        r.error and "breaker_half_open_probe_in_flight" in r.error.message for r in run.responses
     )
 
 

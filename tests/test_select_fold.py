@@ -359,7 +359,7 @@ def test_half_open_transition_persisted_even_without_dispatch() -> None:
     step = handle(state, accepted("r", T0 + 61), 1, pol)
     assert step.dispatches == []
     assert step.responses[0].error is not None
-    assert "breaker_half_open_probes_in_flight" in step.responses[0].error.message
+    assert "breaker_half_open_probe_in_flight" in step.responses[0].error.message
     assert step.state.arm(A).breaker.state is BreakerPhase.HALF_OPEN
 
 

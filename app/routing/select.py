@@ -36,10 +36,9 @@ def _exclusion_reason(
     phase = state.breaker.state
     if phase is BreakerPhase.OPEN:
         return "breaker_open"
-    if phase is BreakerPhase.HALF_OPEN:
-        probes_left = policy.params.cb_half_open_max_calls - state.breaker.success_count
-        if state.in_flight >= probes_left:
-            return "breaker_half_open_probes_in_flight"
+    if phase is BreakerPhase.HALF_OPEN and state.in_flight > 0:
+        # One probe at a time: the next one goes out when this one has answered.
+        return "breaker_half_open_probe_in_flight"
     if state.in_flight >= arm.provider.max_concurrency:
         return "concurrency_full"
     if state.retry_after_until > now:
