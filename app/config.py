@@ -17,7 +17,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -94,11 +94,47 @@ class ProviderConfig(BaseModel):
         return self.cost_per_mtok_input
 
 
+ModeName = Literal["balanced", "price", "latency", "quality", "throughput"]
+
+
 class RouteConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     providers: list[str] = Field(min_length=1)
     max_attempts: int | None = Field(default=None, ge=1, le=10)
+    #: Seed 004: the route's (workspace's) default routing mode.
+    mode: ModeName | None = None
+
+
+class ProviderLists(BaseModel):
+    """Seed 004's provider lists: applied before selection, every exclusion traced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    only: list[str] | None = None
+    ignore: list[str] = Field(default_factory=list)
+    order: list[str] = Field(default_factory=list)
+
+
+class RateLimit(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests: int = Field(ge=1)
+    window_s: float = Field(gt=0.0)
+
+
+class TenantPolicy(ProviderLists):
+    """A preset: a tenant's provider lists, mode and rate limit."""
+
+    mode: ModeName | None = None
+    rate_limit: RateLimit | None = None
+
+
+class Guardrails(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Requests containing one of these words are refused without a provider call.
+    forbidden_keywords: list[str] = Field(default_factory=list)
 
 
 class RoutingConfig(BaseModel):
@@ -107,6 +143,8 @@ class RoutingConfig(BaseModel):
     providers: list[ProviderConfig] = Field(min_length=1)
     routes: dict[str, RouteConfig] = Field(default_factory=dict)
     default_route: str = "chat"
+    tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
+    guardrails: Guardrails = Field(default_factory=Guardrails)
 
     @model_validator(mode="after")
     def _check_references(self) -> RoutingConfig:
@@ -134,6 +172,14 @@ class RoutingConfig(BaseModel):
         if not self.routes and route == self.default_route:
             return list(self.providers)
         return [self.provider_by_id[p] for p in self.routes[route].providers]
+
+    def deployment_ids(self) -> list[str]:
+        return [deployment_id(p.id, m.name) for p in self.providers for m in p.models]
+
+    def routes_with(self, provider_id: str) -> list[str]:
+        return [
+            r for r in self.route_names() if provider_id in {p.id for p in self.route_providers(r)}
+        ]
 
     def resolve_route(self, model: str | None) -> str | None:
         """The route a request's ``model`` names, or None when it names none."""

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.understanding.features import Features
+
 SCHEMA_VERSION = 1
 _ID_NAMESPACE = uuid.UUID("5d1c3b52-6f0e-4c1e-9a44-7a9b1f3f0c11")
 
@@ -50,6 +52,22 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
 
+class RoutingOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
+
+
+class ProviderPreferences(BaseModel):
+    """Seed 004's per-request provider lists."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    only: list[str] | None = None
+    ignore: list[str] = Field(default_factory=list)
+    order: list[str] = Field(default_factory=list)
+
+
 class ChatRequest(BaseModel):
     """What a platform publishes on ``llm.requests``. Unknown fields are ignored."""
 
@@ -63,6 +81,8 @@ class ChatRequest(BaseModel):
     session_id: str | None = None
     tenant: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
+    routing: RoutingOptions | None = None
+    provider: ProviderPreferences | None = None
 
     @field_validator("request_id")
     @classmethod
@@ -90,6 +110,16 @@ class RequestAccepted(Envelope):
     prompt_sha256: str
     prompt_chars: int
     source: LogPosition
+    #: Seed 000 §8, computed once at ingest (labels and counts, no prompt text).
+    features: Features | None = None
+    #: ``provider:model`` when ``model`` pinned a deployment (seed 004).
+    pinned: str | None = None
+    #: ``nitro`` or ``floor`` when ``model`` carried a routing suffix.
+    suffix: str | None = None
+    #: Why ``model`` could not be read, when it could not.
+    model_error: str | None = None
+    #: The forbidden keyword the request contains, when it does.
+    guardrail: str | None = None
 
 
 class StatusClass(StrEnum):
@@ -191,6 +221,13 @@ class Decision(Envelope):
     propensity: float
     #: Why the chosen deployment won: "score", "untried_first" or "half_open_probe".
     selection_rule: str = "score"
+    #: Seed 000 §6: the detected domain, and how it narrowed the candidates
+    #: (``specialists``, ``fallback_generalists``, ``no_domain``, ``all_providers``, ``pinned``).
+    domain: str | None = None
+    candidate_filter: str = "no_domain"
+    #: Seed 004: the routing mode and which setting chose it.
+    mode: str = "balanced"
+    mode_source: str = "default"
     prompt_sha256: str
     prompt_chars: int
 

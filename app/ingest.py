@@ -10,12 +10,17 @@ import base64
 import hashlib
 import json
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
 
 from app.config import RoutingConfig
 from app.events import ChatRequest, DeadLetter, LogPosition, RequestAccepted, derived_id
+from app.understanding.features import extract_features
+from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
+from app.understanding.modes import ModelRef, parse_model_id
+from app.understanding.text import prompt_text
 
 
 def dead_letter(
@@ -42,15 +47,18 @@ def _schema_detail(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def prompt_text(request: ChatRequest) -> str:
-    """The text of all messages, for hashing and length only (never logged or emitted)."""
-    chunks: list[str] = []
-    for message in request.messages:
-        if isinstance(message.content, str):
-            chunks.append(message.content)
-        elif isinstance(message.content, list):
-            chunks.extend(str(part.get("text", "")) for part in message.content)
-    return "\n".join(chunks)
+@lru_cache(maxsize=8)
+def _keyword_rules(keywords: tuple[str, ...]) -> tuple[KeywordRule, ...]:
+    return compile_keywords(keywords)
+
+
+def _route_of(ref: ModelRef, config: RoutingConfig) -> str | None:
+    """The route a request goes to. A pin goes to a route listing its provider (the
+    router answers an unknown or invalid id with an error, it is not dead-lettered)."""
+    if ref.kind == "route":
+        return config.resolve_route(ref.route)
+    candidates = config.routes_with(ref.provider) if ref.provider else []
+    return candidates[0] if candidates else config.default_route
 
 
 def accept(
@@ -79,13 +87,15 @@ def accept(
         return dead_letter(
             "schema_violation", _schema_detail(exc), raw, source, when, deadletter_max_bytes
         )
-    route = config.resolve_route(request.model)
+    ref = parse_model_id(request.model, config.deployment_ids())
+    route = _route_of(ref, config)
     if route is None:
         detail = (
             f"model {request.model!r} names no route (known: {', '.join(config.route_names())})"
         )
         return dead_letter("unknown_route", detail, raw, source, when, deadletter_max_bytes)
     text = prompt_text(request)
+    hit = check_request(request, _keyword_rules(tuple(config.guardrails.forbidden_keywords)))
     return RequestAccepted(
         id=derived_id("accepted", request.request_id),
         occurred_at=when,
@@ -94,4 +104,9 @@ def accept(
         prompt_sha256=hashlib.sha256(text.encode()).hexdigest(),
         prompt_chars=len(text),
         source=source,
+        features=extract_features(request),
+        pinned=ref.deployment if ref.kind == "pinned" else None,
+        suffix=ref.suffix,
+        model_error=ref.error,
+        guardrail=hit.keyword if hit else None,
     )

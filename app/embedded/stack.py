@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -81,7 +82,7 @@ class EmbeddedStack:
         workdir: Path | None = None,
         broker: EmbeddedBroker | None = None,
         namespace: str = "",
-        providers_yaml: str | None = None,
+        providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
     ) -> None:
         self._own_broker = broker is None
         self.broker = broker or EmbeddedBroker()
@@ -123,7 +124,10 @@ class EmbeddedStack:
         if self._own_broker:
             await asyncio.to_thread(self.broker.start)
         await self.providers.start()
-        config = self.providers_yaml or demo_providers_yaml(self.providers)
+        if callable(self.providers_yaml):
+            config = self.providers_yaml(self.providers)
+        else:
+            config = self.providers_yaml or demo_providers_yaml(self.providers)
         self.providers_file.write_text(config, encoding="utf-8")
         await ensure_topics(self.settings())
         for _ in range(workers):

@@ -7,6 +7,7 @@ from app.routing import bandit, breaker
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
 from app.routing.state import ArmState, BreakerPhase
+from app.understanding.modes import ema_throughput, throughput_sample
 
 
 def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -> ArmState:
@@ -22,6 +23,13 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
     }
     if accounting.availability is not Availability.NEUTRAL:
         update.update(_health_update(arm, outcome, accounting.availability, now, policy))
+    if outcome.status_class is StatusClass.SUCCESS:
+        sample = throughput_sample(outcome.tokens_out, outcome.latency_ms)
+        if sample is not None:
+            update["tokens_per_s"] = ema_throughput(
+                arm.tokens_per_s, sample, arm.throughput_samples
+            )
+            update["throughput_samples"] = arm.throughput_samples + 1
     if outcome.status_class is StatusClass.RATE_LIMITED:
         update["rate_limited"] = arm.rate_limited + 1
         if outcome.retry_after_s:

@@ -37,11 +37,13 @@ from app.events import (
     derived_id,
 )
 from app.routing import bandit
+from app.routing.candidates import plan_candidates, tenant_policy
 from app.routing.feedback import apply_outcome
 from app.routing.policy import Policy
 from app.routing.select import select
 from app.routing.state import ArmState, OpenAttempt, RouteState, attempt_key
 from app.routing.strategies import ALGORITHM_VERSION
+from app.understanding.guardrails import admit, prune, retry_after_s
 
 #: After its deadline, an executor makes no call; this much later no outcome can still come.
 LOST_ATTEMPT_GRACE_S = 10.0
@@ -82,7 +84,7 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         else:
             marks = {**state.accepted_through, source: event.source.offset}
             state = state.model_copy(update={"accepted_through": marks})
-            step = _route(state, event, 1, [], policy)
+            step = _admit(state, event, policy)
     else:
         step = _finish(state, event, policy)
     if expired:
@@ -115,11 +117,45 @@ def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]
     return state.model_copy(update={"arms": arms, "open_attempts": still_open}), responses
 
 
+def _admit(state: RouteState, accepted: RequestAccepted, policy: Policy) -> Step:
+    """Seed 000 §9 step 3, before any provider: forbidden keywords, then the tenant's rate."""
+    request_id = accepted.request.request_id
+    if accepted.guardrail is not None:
+        error = ErrorBody(
+            type="guardrail",
+            message=f"refused: the request contains the forbidden keyword {accepted.guardrail!r}",
+            code="forbidden_keyword",
+            http_status=400,
+        )
+        return Step(state, responses=[_error_response(request_id, 0, state, error)])
+    limit = tenant_policy(accepted, policy).rate_limit
+    tenant = accepted.request.tenant
+    if limit is not None and tenant is not None:
+        rate, allowed = admit(state.rate, tenant, state.clock, limit.requests, limit.window_s)
+        state = state.model_copy(update={"rate": prune(rate, state.clock, limit.window_s)})
+        if not allowed:
+            wait = retry_after_s(rate, tenant, state.clock, limit.window_s)
+            error = ErrorBody(
+                type="rate_limited",
+                message=f"tenant {tenant!r} is over {limit.requests} requests per "
+                f"{limit.window_s:g}s; retry in {wait:.3f}s",
+                code="tenant_rate_limited",
+                http_status=429,
+            )
+            return Step(state, responses=[_error_response(request_id, 0, state, error)])
+    return _route(state, accepted, 1, [], policy)
+
+
 def _route(
     state: RouteState, accepted: RequestAccepted, attempt: int, tried: list[str], policy: Policy
 ) -> Step:
     request_id = accepted.request.request_id
-    selection = select(state, accepted.route, request_id, attempt, tried, policy)
+    plan = plan_candidates(accepted, policy)
+    if plan.refusal is not None:
+        return Step(
+            state, responses=[_error_response(request_id, attempt - 1, state, plan.refusal)]
+        )
+    selection = select(state, plan, request_id, attempt, tried, policy)
     arms = {**state.arms, **selection.arms}
     chosen = selection.chosen
     if chosen is None:
@@ -163,6 +199,10 @@ def _route(
         state_version=state.position,
         propensity=selection.propensity,
         selection_rule=selection.rule,
+        domain=plan.domain,
+        candidate_filter=plan.rule,
+        mode=plan.mode.mode.value,
+        mode_source=plan.mode.source,
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )
@@ -172,7 +212,7 @@ def _route(
         decision=decision,
         accepted=accepted,
         timeout_s=timeout_s,
-        max_attempts=policy.max_attempts(accepted.route),
+        max_attempts=1 if plan.no_fallback else policy.max_attempts(accepted.route),
         tried=list(tried),
         not_before=state.clock + backoff_s(request_id, attempt, policy),
         deadline=deadline_of(accepted, policy),

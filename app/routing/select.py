@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from app.events import Candidate, Exclusion
 from app.routing import breaker, strategies
+from app.routing.candidates import CandidatePlan
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState, BreakerPhase, RouteState
+from app.understanding.modes import DEFAULT_MODE
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +50,19 @@ def _exclusion_reason(
 
 def select(
     state: RouteState,
-    route: str,
+    route: str | CandidatePlan,
     request_id: str,
     attempt: int,
     tried: Collection[str],
     policy: Policy,
 ) -> Selection:
-    arms = policy.arms(route)
+    """Rank the plan's arms (or, given a route name, all of the route's default deployments)."""
+    plan = route if isinstance(route, CandidatePlan) else None
+    arms = plan.arms if plan is not None else policy.arms(str(route))
+    mode = plan.mode.mode if plan is not None else DEFAULT_MODE
     updated: dict[str, ArmState] = {}
     eligible: list[tuple[Arm, ArmState]] = []
-    excluded: list[Exclusion] = []
+    excluded: list[Exclusion] = list(plan.excluded) if plan is not None else []
     total_started = 0
     for arm in arms:
         arm_state = state.arm(arm.deployment)
@@ -73,7 +78,7 @@ def select(
             excluded.append(Exclusion(deployment=arm.deployment, reason=reason))
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
-    ranking = strategies.rank(eligible, total_started, request_id, attempt, policy)
+    ranking = strategies.rank(eligible, total_started, request_id, attempt, policy, mode)
     probe = _due_probe(eligible) if ranking.rule != "untried_first" else None
     if probe is not None:
         # A half-open breaker gets one live probe at a time, whatever the scores say:

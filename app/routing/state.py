@@ -11,6 +11,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.understanding.guardrails import RateWindow
+
 #: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
 INITIAL_LATENCY_S = 5.0
 
@@ -54,6 +56,9 @@ class ArmState(Model):
     ewma_failure: float = 0.0
     ewma_latency_ms: float = 0.0
     observations: int = 0
+    #: Seed 004 ``throughput`` mode: EMA of output tokens per second on successes.
+    tokens_per_s: float = 50.0
+    throughput_samples: int = 0
 
     @property
     def mean_reward(self) -> float:
@@ -84,6 +89,8 @@ class RouteState(Model):
     #: route. Ingest re-publishes after a crash in source order, so anything at or below
     #: it is a copy of a request already routed (and maybe already answered).
     accepted_through: dict[str, int] = Field(default_factory=dict)
+    #: Per-tenant request windows (seed 000 §9 step 3), on the route clock.
+    rate: RateWindow = Field(default_factory=RateWindow)
 
     def arm(self, deployment: str) -> ArmState:
         return self.arms.get(deployment) or ArmState()

@@ -16,6 +16,13 @@ from app.routing import bandit
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState
 from app.settings import Strategy
+from app.understanding.modes import (
+    DEFAULT_MODE,
+    MODE_WEIGHTS,
+    ModeWeights,
+    RoutingMode,
+    throughput_bonus,
+)
 
 ALGORITHM_VERSION = {
     Strategy.UCB1: "seed000-ucb1/1",
@@ -40,26 +47,48 @@ class Ranking:
 
 
 def rank(
-    eligible: Eligible, total_started: int, request_id: str, attempt: int, policy: Policy
+    eligible: Eligible,
+    total_started: int,
+    request_id: str,
+    attempt: int,
+    policy: Policy,
+    mode: RoutingMode = DEFAULT_MODE,
 ) -> Ranking:
     strategy = policy.params.strategy
     if strategy is Strategy.THOMPSON:
         return thompson(eligible, request_id, attempt)
     if strategy is Strategy.COMPOSITE:
         return composite(eligible)
-    return ucb1(eligible, total_started, policy)
+    return ucb1(eligible, total_started, policy, mode)
 
 
-def ucb1(eligible: Eligible, total_started: int, policy: Policy) -> Ranking:
+def mode_weights(mode: RoutingMode, policy: Policy) -> ModeWeights:
+    """Seed 000 §11's table per seed 004 mode; ``balanced`` keeps the environment's weights."""
+    if mode is RoutingMode.BALANCED:
+        return ModeWeights(cost=policy.params.cost_weight, latency=policy.params.latency_weight)
+    return MODE_WEIGHTS[mode]
+
+
+def _bonuses(arm: Arm, state: ArmState, weights: ModeWeights) -> dict[str, float]:
+    bonuses = {
+        "cost_bonus": bandit.cost_bonus(arm.provider.bonus_cost_per_mtok, weights.cost),
+        "latency_bonus": bandit.latency_bonus(state.avg_latency_s, weights.latency),
+    }
+    if weights.throughput > 0:
+        bonuses["throughput_bonus"] = throughput_bonus(state.tokens_per_s, weights.throughput)
+    return bonuses
+
+
+def ucb1(
+    eligible: Eligible, total_started: int, policy: Policy, mode: RoutingMode = DEFAULT_MODE
+) -> Ranking:
     params = policy.params
+    weights = mode_weights(mode, policy)
     candidates: list[Candidate] = []
     scores: list[float] = []
     first_untried: int | None = None
     for index, (arm, state) in enumerate(eligible):
-        bonuses = {
-            "cost_bonus": bandit.cost_bonus(arm.provider.bonus_cost_per_mtok, params.cost_weight),
-            "latency_bonus": bandit.latency_bonus(state.avg_latency_s, params.latency_weight),
-        }
+        bonuses = _bonuses(arm, state, weights)
         if state.started == 0:
             # Seed 000: an arm never pulled is chosen before the formula applies.
             first_untried = index if first_untried is None else first_untried

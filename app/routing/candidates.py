@@ -1,0 +1,140 @@
+"""Who may be ranked for a request, and by which weights: seed 000 §6/§9 and seed 004.
+
+Before any live state is looked at, a request's candidates are narrowed by, in
+order: a pinned ``provider:model`` (no fallback), the tenant preset's and the
+request's provider lists (``only``, ``ignore``), and domain routing (the
+domain's specialists with their specialised model, or the generalists). The
+survivors are ordered (``order`` first, then config order) and every deployment
+left out is traced with the rule that left it out. The routing mode follows
+seed 004's precedence: suffix > request > preset > route default.
+
+Pure: the request as accepted (its features were computed at ingest) and the
+policy in, a :class:`CandidatePlan` out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
+from app.events import ErrorBody, Exclusion, RequestAccepted
+from app.routing.policy import Arm, Policy
+from app.understanding.domains import domain_candidates
+from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
+
+NO_TENANT_POLICY = TenantPolicy()
+
+
+@dataclass(frozen=True)
+class CandidatePlan:
+    arms: list[Arm]
+    excluded: list[Exclusion]
+    #: ``pinned``, or the domain rule (``specialists``, ``fallback_generalists`` ...).
+    rule: str
+    domain: str | None
+    mode: ModeChoice
+    #: A pinned deployment disables fallback (seed 004).
+    no_fallback: bool = False
+    #: Set when the request cannot be routed at all (unknown pin, empty lists).
+    refusal: ErrorBody | None = None
+
+
+def tenant_policy(accepted: RequestAccepted, policy: Policy) -> TenantPolicy:
+    tenant = accepted.request.tenant
+    return policy.config.tenants.get(tenant, NO_TENANT_POLICY) if tenant else NO_TENANT_POLICY
+
+
+def _mode(accepted: RequestAccepted, preset: TenantPolicy, policy: Policy) -> ModeChoice:
+    route = policy.config.routes.get(accepted.route)
+    request_mode = accepted.request.routing.mode if accepted.request.routing else None
+    return effective_mode(
+        SUFFIX_MODES[accepted.suffix] if accepted.suffix else None,
+        parse_mode(request_mode) if request_mode else None,
+        parse_mode(preset.mode) if preset.mode else None,
+        parse_mode(route.mode) if route is not None and route.mode else None,
+    )
+
+
+def _merged_lists(preset: ProviderLists, accepted: RequestAccepted) -> ProviderLists:
+    """The preset's lists narrowed by the request's: both ``only`` must hold."""
+    asked = accepted.request.provider
+    if asked is None:
+        return preset
+    only = preset.only
+    if asked.only is not None:
+        only = asked.only if only is None else [p for p in asked.only if p in only]
+    return ProviderLists(
+        only=only,
+        ignore=[*preset.ignore, *asked.ignore],
+        order=asked.order or preset.order,
+    )
+
+
+def _refused(message: str, code: str, mode: ModeChoice) -> CandidatePlan:
+    error = ErrorBody(type="invalid_request", message=message, code=code, http_status=400)
+    return CandidatePlan([], [], "refused", None, mode, refusal=error)
+
+
+def _pinned(
+    accepted: RequestAccepted, providers: list[ProviderConfig], mode: ModeChoice
+) -> CandidatePlan:
+    provider_id, _, model = (accepted.pinned or "").partition(":")
+    for provider in providers:
+        if provider.id == provider_id and model in {m.name for m in provider.models}:
+            excluded = [
+                Exclusion(deployment=deployment_id(p.id, p.default_model), reason="not_pinned")
+                for p in providers
+                if p.id != provider_id
+            ]
+            arm = Arm(deployment_id(provider_id, model), provider, model)
+            return CandidatePlan([arm], excluded, "pinned", None, mode, no_fallback=True)
+    return _refused(
+        f"model {accepted.pinned!r} names no configured deployment of route {accepted.route!r}",
+        "unknown_deployment",
+        mode,
+    )
+
+
+def plan_candidates(accepted: RequestAccepted, policy: Policy) -> CandidatePlan:
+    providers = (
+        policy.config.route_providers(accepted.route)
+        if accepted.route in policy.config.route_names()
+        else []
+    )
+    preset = tenant_policy(accepted, policy)
+    mode = _mode(accepted, preset, policy)
+    if accepted.model_error:
+        return _refused(f"invalid model id: {accepted.model_error}", "invalid_model", mode)
+    if accepted.pinned:
+        return _pinned(accepted, providers, mode)
+    lists = _merged_lists(preset, accepted)
+    excluded: list[Exclusion] = []
+    kept: list[ProviderConfig] = []
+    for provider in providers:
+        reason = None
+        if lists.only is not None and provider.id not in lists.only:
+            reason = "provider_not_in_only"
+        elif provider.id in lists.ignore:
+            reason = "provider_ignored"
+        if reason is None:
+            kept.append(provider)
+        else:
+            excluded.append(
+                Exclusion(
+                    deployment=deployment_id(provider.id, provider.default_model), reason=reason
+                )
+            )
+    features = accepted.features
+    domain = features.domain.domain if features is not None and features.domain else None
+    narrowed = domain_candidates(kept, domain)
+    excluded += [Exclusion(deployment=d, reason=r) for d, r in narrowed.excluded]
+    arms = [Arm(deployment_id(p.id, model), p, model) for p, model in narrowed.chosen]
+    if lists.order:
+        rank = {provider_id: i for i, provider_id in enumerate(lists.order)}
+        arms.sort(key=lambda arm: rank.get(arm.provider.id, len(rank)))
+    if not arms:
+        rules = ", ".join(f"{e.deployment}: {e.reason}" for e in excluded) or "route has none"
+        return _refused(
+            f"the request's constraints leave no provider ({rules})", "no_candidate", mode
+        )
+    return CandidatePlan(arms, excluded, narrowed.rule, domain, mode)
