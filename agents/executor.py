@@ -87,7 +87,12 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
         return CallResult(StatusClass.TIMEOUT, None, 0.0, error="request deadline passed")
     decision = dispatch.decision
     return await call_provider(
-        shared_client(), provider, decision.model, dispatch.accepted.request, budget
+        shared_client(),
+        provider,
+        decision.model,
+        dispatch.accepted.request,
+        budget,
+        logprobs=dispatch.min_confidence is not None,
     )
 
 

@@ -81,11 +81,16 @@ async def _publish(step: Step) -> None:
         await decisions_topic.send(key=key, value=decision.model_dump_json())
         await dispatch_topic.send(key=key, value=dispatch.model_dump_json())
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
+        metrics.DECISIONS_BY_DOMAIN.labels(
+            domain=decision.domain or "none", candidate_filter=decision.candidate_filter
+        ).inc()
     for response in step.responses:
         await responses_topic.send(
             key=response.request_id.encode(), value=response.model_dump_json()
         )
         metrics.RESPONSES.labels(status=response.status, source="router").inc()
+        if response.error is not None and response.attempts == 0 and response.error.code:
+            metrics.REFUSALS.labels(code=response.error.code).inc()
 
 
 def _export_breakers(step: Step) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -71,6 +72,33 @@ def _schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``switchyard bench NAME``: a module of the repository's ``bench/`` package with
+#: ``add_arguments(parser)`` and ``run(args) -> int``. One line adds a benchmark.
+#: Every ``switchyard`` start imports these modules: keep their top-level imports light.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "quality": ("bench.quality", "routing quality of every policy in simulated scenarios"),
+}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.bench_unavailable:
+        print(f"switchyard bench {args.benchmark}: {args.bench_unavailable}", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(BENCHMARKS[args.benchmark][0]).run(args))
+
+
+def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = commands.add_parser("bench", help="run a benchmark (needs the bench/ package)")
+    kinds = bench.add_subparsers(dest="benchmark", required=True)
+    for name, (module, help_text) in BENCHMARKS.items():
+        kind = kinds.add_parser(name, help=help_text)
+        kind.set_defaults(run=_bench, bench_unavailable=None)
+        try:
+            importlib.import_module(module).add_arguments(kind)
+        except ImportError as exc:  # installed without bench/, or without its extra
+            kind.set_defaults(bench_unavailable=f"unavailable ({exc})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -97,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.audit.commands import register
 
     register(commands)  # replay, audit, export
+    _add_bench(commands)
     return parser
 
 

@@ -97,6 +97,16 @@ class ProviderConfig(BaseModel):
 ModeName = Literal["balanced", "price", "latency", "quality", "throughput"]
 
 
+class LocalFirst(BaseModel):
+    """Seed 000 §9 step 4: try a local deployment first; keep its answer when confident."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: str
+    #: Minimum confidence: exp(mean token log-probability) of the local answer.
+    threshold: float = Field(default=0.75, ge=0.0, le=1.0)
+
+
 class RouteConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -104,6 +114,7 @@ class RouteConfig(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=10)
     #: Seed 004: the route's (workspace's) default routing mode.
     mode: ModeName | None = None
+    local_first: LocalFirst | None = None
 
 
 class ProviderLists(BaseModel):
@@ -156,6 +167,8 @@ class RoutingConfig(BaseModel):
             unknown = [p for p in route.providers if p not in ids]
             if unknown:
                 raise ValueError(f"routes.{name}.providers: unknown provider(s) {unknown}")
+            if route.local_first is not None and route.local_first.provider not in ids:
+                raise ValueError(f"routes.{name}.local_first.provider: unknown provider")
         if self.routes and self.default_route not in self.routes:
             raise ValueError(f"default_route {self.default_route!r} is not a route")
         return self

@@ -156,6 +156,8 @@ class Outcome(Envelope):
     retriable: bool
     #: The provider's Retry-After, in seconds, when it sent one.
     retry_after_s: float | None = None
+    #: exp(mean token log-probability) of the answer, when the provider reported them.
+    confidence: float | None = None
     #: True when this attempt ended the request (its response has been published).
     final: bool
     error: str | None = None
@@ -246,6 +248,8 @@ class Dispatch(Envelope):
     deadline: float
     #: Deployments tried by earlier attempts of this request.
     tried: list[str] = Field(default_factory=list)
+    #: Local-first attempt: keep the answer only at this confidence or above.
+    min_confidence: float | None = None
 
 
 # --------------------------------------------------------------------------- output

@@ -44,4 +44,15 @@ DECISION_SECONDS = Histogram(
     buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
 )
 TOKENS = Counter("switchyard_tokens_total", "Tokens by provider and kind.", ["provider", "kind"])
+REFUSALS = Counter(
+    "switchyard_refusals_total",
+    "Requests answered with an error before any provider call, by code "
+    "(forbidden_keyword, tenant_rate_limited, unknown_deployment, no_candidate ...).",
+    ["code"],
+)
+DECISIONS_BY_DOMAIN = Counter(
+    "switchyard_decisions_by_domain_total",
+    "Decisions by detected domain and how it narrowed the candidates.",
+    ["domain", "candidate_filter"],
+)
 COST_USD = Counter("switchyard_cost_usd_total", "Provider cost in USD.", ["provider"])

@@ -1,4 +1,4 @@
-"""The worker's HTTP views: Prometheus ``/metrics`` and seed 000's bandit statistics."""
+"""The worker's HTTP views: Prometheus ``/metrics``, seed 000's bandit statistics, traces."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 from faust import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.faust_app import app
+from app.faust_app import app, settings
+from app.kafka import bootstrap_servers
 from app.routing.state import RouteState
 from tables.routing import all_route_states
 
@@ -42,3 +43,20 @@ def bandit_stats(states: dict[str, RouteState]) -> dict[str, Any]:
 class BanditStatsView(web.View):
     async def get(self, request: web.Request) -> web.Response:
         return self.json(bandit_stats(all_route_states()))
+
+
+@app.page("/admin/trace/{request_id}")
+class TraceView(web.View):
+    """``switchyard audit REQUEST_ID --json``, over HTTP: read from the topics on each call."""
+
+    async def get(self, request: web.Request, request_id: str) -> web.Response:
+        from app.audit.explain import build_trace
+        from app.audit.log import read_broker
+
+        log = await read_broker(
+            bootstrap_servers(settings.broker), settings.topics, only_request=request_id
+        )
+        trace = build_trace(log, request_id)
+        if trace is None:
+            return self.json({"error": f"no record of request {request_id!r}"}, status=404)
+        return self.json(trace)

@@ -11,13 +11,14 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from app.audit.log import RecordedLog, read_broker, read_export
-from app.config import load_config
+from app.audit.log import STREAMS, RecordedLog, read_broker, read_export
+from app.config import ConfigError, load_config
 from app.kafka import bootstrap_servers
 from app.routing.policy import Policy
 from app.settings import RoutingParams, get_settings
@@ -51,25 +52,47 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_log(args: argparse.Namespace, only_request: str | None = None) -> RecordedLog:
+def load_log(
+    args: argparse.Namespace, only_request: str | None = None, streams: Collection[str] = STREAMS
+) -> RecordedLog:
     try:
         if args.from_export is not None:
-            return read_export(args.from_export, only_request)
+            return read_export(args.from_export, only_request, streams)
         settings = get_settings()
         bootstrap = bootstrap_servers(args.broker or settings.broker)
         return asyncio.run(
             read_broker(
-                bootstrap, settings.topics, only_request=only_request, timeout_s=args.timeout
+                bootstrap,
+                settings.topics,
+                only_request=only_request,
+                streams=streams,
+                timeout_s=args.timeout,
             )
         )
     except (OSError, LookupError, TimeoutError, ValueError) as exc:
         raise UsageError(f"cannot read the recorded log: {exc}") from exc
 
 
-def load_policy(providers: Path | None, overrides: dict[str, str] | None = None) -> Policy:
-    """The providers file and RoutingParams from the environment (as the worker has them)."""
-    path = providers if providers is not None else get_settings().providers
+def load_policy(
+    providers: Path | None,
+    overrides: dict[str, str] | None = None,
+    export: Path | None = None,
+) -> Policy:
+    """The policy to replay with.
+
+    ``providers`` given: that file and RoutingParams from the environment (as the
+    worker has them). Otherwise an export's ``policy.json`` when there is one.
+    Otherwise SWITCHYARD_PROVIDERS and the environment. ``overrides`` change
+    parameters on top (counterfactual ``--set``).
+    """
     try:
+        if providers is None and export is not None:
+            from app.audit.export import read_policy
+
+            exported = read_policy(export, overrides)
+            if exported is not None:
+                return exported
+        path = providers if providers is not None else get_settings().providers
         params = RoutingParams(**(overrides or {}))  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -96,8 +119,10 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 def replay_command(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set or [])
     counterfactual_mode = bool(args.config or overrides or args.counterfactual)
-    policy = load_policy(args.config or args.providers, overrides)
-    log = load_log(args)
+    # Outcomes are in the routing log too; replay checks the router's own responses.
+    log = load_log(args, streams=("routing", "decisions", "responses"))
+    export = None if args.counterfactual else args.from_export
+    policy = load_policy(args.config or args.providers, overrides, export)
     if counterfactual_mode:
         from app.audit.counterfactual import counterfactual
         from app.audit.side_by_side import render as render_side_by_side
@@ -138,8 +163,8 @@ def audit_command(args: argparse.Namespace) -> int:
         from app.audit.replay import replay
 
         log = load_log(args)
-        report = replay(log, load_policy(args.providers))
-        failed = {m.decision_id for m in report.mismatches}
+        report = replay(log, load_policy(args.providers, export=args.from_export))
+        failed = {m.event_id for m in report.mismatches}
         reproduced = {e.event.id: e.event.id not in failed for e in log.decisions if e.event}
     else:
         log = load_log(args, only_request=args.request_id)
@@ -157,12 +182,19 @@ def audit_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from app.audit.export import write_export
+    from app.audit.export import write_export, write_policy
 
     log = load_log(args)
     manifest = write_export(log, args.directory, get_settings().topics, redact=args.redact)
     counts = ", ".join(f"{name} {n}" for name, n in manifest["counts"].items())
     print(f"exported {log.source} to {args.directory}: {counts}")
+    try:
+        policy = load_policy(args.providers)
+    except ConfigError as exc:
+        print(f"policy.json not written ({exc}): replay it with --providers", file=sys.stderr)
+    else:
+        write_policy(policy, args.directory)
+        print(f"policy.json: config_hash {policy.config_hash}")
     return 0
 
 
@@ -206,6 +238,7 @@ def register(commands: Any) -> None:
     export = commands.add_parser("export", help="write the recorded streams as JSON Lines")
     export.add_argument("directory", type=Path)
     add_source_arguments(export)
+    add_policy_arguments(export)
     export.add_argument(
         "--redact", action="store_true", help="blank prompt and completion text in the export"
     )
@@ -219,5 +252,8 @@ def _guarded(command: Any) -> Any:
         except UsageError as exc:
             print(f"switchyard: {exc}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # `switchyard audit X | head`
+            sys.stderr.close()
+            return 0
 
     return run

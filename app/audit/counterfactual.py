@@ -10,7 +10,9 @@ back as an ``AttemptFinished``:
   same policy reproduces the record exactly, which the tests check);
 * otherwise an outcome comes from :class:`app.audit.estimate.OutcomeModel`
   (``same_request``, ``estimated`` or ``pooled``; see there) and its feedback is
-  folded once the route's event time passes the decision time plus its latency,
+  folded once the route's event time passes the decision time plus the drawn
+  outcome's recorded delay (latency and queueing; at least the retry backoff's
+  ``not_before`` plus the latency),
   with ``retry`` when it failed in a retriable way and attempts remain.
 
 Everything the alternative reports beyond its decisions is therefore partly an
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.audit.estimate import MEASURED, SOURCES, OutcomeModel, Source
-from app.audit.log import RecordedLog, RoutingEvent, events, route_of
+from app.audit.log import RecordedLog, RoutingEvent, events
 from app.events import (
     AttemptFinished,
     Decision,
@@ -36,6 +38,7 @@ from app.events import (
     Outcome,
     RequestAccepted,
     derived_id,
+    route_of,
 )
 from app.execution.call import cost_usd
 from app.routing.fold import at, epoch, handle
@@ -43,6 +46,9 @@ from app.routing.policy import Policy
 from app.routing.state import RouteState
 
 Key = tuple[str, int]
+_EMPTY = RouteState()
+#: Error types of responses the router gives when no provider answered.
+ROUTER_ERRORS = frozenset({"no_deployment_available", "deadline_exceeded", "lost"})
 
 
 def key_of(decision: Decision) -> Key:
@@ -55,7 +61,7 @@ class RunResult:
     outcomes: dict[Key, tuple[Outcome, Source]] = field(default_factory=dict)
     #: Attempts for which the record holds no outcome at all to draw from.
     unresolved: int = 0
-    #: Requests the alternative answered itself with "no deployment available".
+    #: Requests the router answered without a provider's answer (see ROUTER_ERRORS).
     router_errors: int = 0
 
 
@@ -84,7 +90,7 @@ class _Run:
             self.index = index
             route = route_of(event)
             self.flush(route, epoch(event.occurred_at))
-            if isinstance(event, RequestAccepted):
+            if not isinstance(event, AttemptFinished):  # requests and route ticks
                 self.fold(route, event)
                 continue
             key = (event.outcome.request_id, event.outcome.attempt)
@@ -104,9 +110,11 @@ class _Run:
     def fold(self, route: str, event: RoutingEvent) -> None:
         position = self.positions.get(route, -1) + 1
         self.positions[route] = position
-        step = handle(self.states.get(route, RouteState()), event, position, self.alt)
+        step = handle(self.states.get(route, _EMPTY), event, position, self.alt)
         self.states[route] = step.state
-        self.result.router_errors += len(step.responses)
+        self.result.router_errors += sum(
+            1 for r in step.responses if r.error is not None and r.error.type in ROUTER_ERRORS
+        )
         for dispatch in step.dispatches:
             self.dispatched(route, dispatch)
 
@@ -145,10 +153,14 @@ class _Run:
         decision = dispatch.decision
         provider = self.alt.config.provider_by_id[decision.provider]
         final = not (source.retriable and decision.attempt < dispatch.max_attempts)
+        done = max(
+            epoch(decision.occurred_at) + self.model.delay_s(source),
+            dispatch.not_before + source.latency_ms / 1000.0,
+        )
         return source.model_copy(
             update={
                 "id": derived_id("counterfactual-outcome", self.run, *key_of(decision)),
-                "occurred_at": at(epoch(decision.occurred_at) + source.latency_ms / 1000.0),
+                "occurred_at": at(done),
                 "request_id": decision.request_id,
                 "attempt": decision.attempt,
                 "route": decision.route,
@@ -165,8 +177,12 @@ class _Run:
 
 
 def simulate(log: RecordedLog, alt: Policy, run: int = 0) -> RunResult:
-    model = OutcomeModel.from_outcomes(_recorded_outcomes(log))
-    return _Run(log, alt, model, run).execute()
+    return _Run(log, alt, outcome_model(log), run).execute()
+
+
+def outcome_model(log: RecordedLog) -> OutcomeModel:
+    decided_at = {d.id: epoch(d.occurred_at) for d in events(log.decisions)}
+    return OutcomeModel.from_outcomes(_recorded_outcomes(log), decided_at)
 
 
 def _recorded_outcomes(log: RecordedLog) -> list[Outcome]:
@@ -242,7 +258,7 @@ def counterfactual(
     requests = len(
         {e.request.request_id for e in events(log.routing) if isinstance(e, RequestAccepted)}
     )
-    model = OutcomeModel.from_outcomes(outcomes.values())
+    model = outcome_model(log)
     sides = []
     for run in range(max(1, runs)):
         result = _Run(log, alt, model, run).execute()

@@ -16,9 +16,14 @@ outcome for. Its outcome is then taken, in this order, from:
    recorded outcomes. A guess, reported as such.
 
 The cost of a drawn outcome is recomputed from its tokens with the prices of the
-deployment in the alternative config. Draws are seeded by (run, request id,
-attempt, deployment), so a counterfactual is reproducible; running it with
-several ``run`` numbers shows the spread the draws cause.
+deployment in the alternative config. Its feedback is folded after the drawn
+outcome's recorded *delay* (decision to outcome: provider latency plus the
+pipeline's queueing at the time), not just its latency, so congestion that made
+the record exclude deployments (``concurrency_full``) shows in the alternative
+too; it is the congestion of the recorded policy, another bias to keep in mind.
+Draws are seeded by (run, request id, attempt, deployment), so a counterfactual
+is reproducible; running it with several ``run`` numbers shows the spread the
+draws cause.
 
 Why not inverse-propensity weighting: under UCB1 the logged propensity is 1.0
 for the chosen deployment and 0 for the others, so the log has no support for a
@@ -30,12 +35,13 @@ latency, cost) is reported so the reader can judge each estimate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.events import Outcome
 from app.routing.bandit import seeded_rng
+from app.routing.fold import epoch
 
 Source = Literal["recorded", "same_request", "estimated", "pooled"]
 SOURCES: tuple[Source, ...] = ("recorded", "same_request", "estimated", "pooled")
@@ -73,10 +79,14 @@ class OutcomeModel:
     by_deployment: dict[str, list[Outcome]] = field(default_factory=dict)
     by_route: dict[str, list[Outcome]] = field(default_factory=dict)
     by_request: dict[tuple[str, str], Outcome] = field(default_factory=dict)
+    #: Decision id -> decision time (epoch s), to measure each outcome's feedback delay.
+    decided_at: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_outcomes(cls, outcomes: Iterable[Outcome]) -> OutcomeModel:
-        model = cls()
+    def from_outcomes(
+        cls, outcomes: Iterable[Outcome], decided_at: Mapping[str, float] | None = None
+    ) -> OutcomeModel:
+        model = cls(decided_at=dict(decided_at or {}))
         seen: set[str] = set()
         for outcome in outcomes:
             if outcome.id in seen:
@@ -101,6 +111,15 @@ class OutcomeModel:
             return None
         rng = seeded_rng("counterfactual", run, request_id, attempt, deployment)
         return pool[rng.randrange(len(pool))], source
+
+    def delay_s(self, outcome: Outcome) -> float:
+        """Seconds from the recorded decision to its outcome: the provider's latency plus
+        whatever the pipeline queued it for (backoff, executor backlog) at the time.
+        Just the latency when the decision is not in the record."""
+        decided = self.decided_at.get(outcome.decision_id)
+        if decided is None:
+            return outcome.latency_ms / 1000.0
+        return max(outcome.latency_ms / 1000.0, epoch(outcome.occurred_at) - decided)
 
     def basis(self) -> list[Basis]:
         rows = []

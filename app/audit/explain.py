@@ -22,7 +22,7 @@ from app.events import AttemptFinished, Candidate, Decision, RequestAccepted
 EXCLUSION_REASONS = {
     "already_tried": "already tried by an earlier attempt of this request",
     "breaker_open": "circuit breaker OPEN (too many recent failures)",
-    "breaker_half_open_probes_in_flight": "breaker HALF_OPEN and all its probe slots are in use",
+    "breaker_half_open_probe_in_flight": "breaker HALF_OPEN and its probe is still in flight",
     "concurrency_full": "max_concurrency calls already in flight",
 }
 _OUTCOME_FIELDS = (

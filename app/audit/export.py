@@ -5,10 +5,16 @@
 * ``decisions.jsonl``, ``outcomes.jsonl``, ``responses.jsonl``: one recorded event per
   line, exactly as recorded (the columns are the event fields, see README).
 * ``manifest.json``: format, source, topic names, counts, routing start offsets.
+* ``policy.json`` (when the providers file was readable): the routing config
+  without secrets and the routing parameters, with their config hash, so the
+  export replays without the providers file (a config hash that differs from the
+  recorded decisions' is reported by replay, as always).
 
-``--redact`` blanks message contents in the routing log and completion message
-contents in responses (hashes, lengths and every routing input stay), so an
-export can leave the team without prompts or completions; replay is unaffected.
+``--redact`` blanks message contents and completion texts (in the routing log,
+which carries both, and in responses); hashes, lengths and every routing input
+stay, so an export can leave the team without prompts or completions and still
+replays exactly (the router's responses are re-derived from the routing log's
+completions, blanked the same way).
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from app.audit.log import EXPORT_FORMAT, STREAMS, RecordedLog, topic_names
-from app.settings import Topics
+from app.config import RoutingConfig
+from app.routing.policy import Policy
+from app.settings import RoutingParams, Topics
 
 
 def write_export(
@@ -58,12 +66,11 @@ def redact_record(stream: str, raw: str) -> str:
         _blank_messages(value.get("request"))
         if isinstance(value.get("retry"), dict):
             _blank_messages(value["retry"].get("request"))
-    elif stream == "responses" and isinstance(value.get("completion"), dict):
-        for choice in value["completion"].get("choices") or []:
-            if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
-                choice["message"]["content"] = None
+        _blank_completion(value.get("completion"))  # AttemptFinished carries the answer
+    elif stream == "responses":
+        _blank_completion(value.get("completion"))
     # json.dumps writes floats with repr: they round-trip exactly.
-    return json.dumps(value, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _blank_messages(request: Any) -> None:
@@ -71,3 +78,38 @@ def _blank_messages(request: Any) -> None:
         for message in request.get("messages") or []:
             if isinstance(message, dict):
                 message["content"] = None
+
+
+def _blank_completion(completion: Any) -> None:
+    if isinstance(completion, dict):
+        for choice in completion.get("choices") or []:
+            if isinstance(choice, dict):
+                for part in ("message", "delta"):
+                    if isinstance(choice.get(part), dict):
+                        choice[part]["content"] = None
+                        choice[part].pop("reasoning_content", None)
+
+
+def write_policy(policy: Policy, directory: Path) -> None:
+    """``policy.json``: what the worker decided with, without secrets."""
+    fields = RoutingParams.model_fields
+    view = {
+        "config_hash": policy.config_hash,
+        "config": policy.config.routing_view(),
+        "params": {
+            str(fields[name].validation_alias): value
+            for name, value in policy.params.model_dump(mode="json").items()
+        },
+    }
+    (directory / "policy.json").write_text(json.dumps(view, indent=2) + "\n", "utf-8")
+
+
+def read_policy(directory: Path, overrides: dict[str, str] | None = None) -> Policy | None:
+    """The exported policy (``overrides``: parameters to change), or None without one."""
+    path = directory / "policy.json"
+    if not path.is_file():
+        return None
+    view = json.loads(path.read_text(encoding="utf-8"))
+    config = RoutingConfig.model_validate(view["config"])
+    params = RoutingParams(**{**view["params"], **(overrides or {})})
+    return Policy(config=config, params=params)

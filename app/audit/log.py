@@ -2,8 +2,8 @@
 
 Four streams matter to replay and audit:
 
-* ``routing``: the routing log (``switchyard.routing``), every ``RequestAccepted``
-  and ``AttemptFinished`` in the order the router applied them. A record's
+* ``routing``: the routing log (``switchyard.routing``), every ``RequestAccepted``,
+  ``AttemptFinished`` and ``RouteTick`` in the order the router applied them. A record's
   offset is the ``position`` the live router passed to ``handle``.
 * ``decisions``, ``outcomes``, ``responses``: the public topics.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -31,16 +31,23 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
-from app.events import AttemptFinished, Decision, Outcome, RequestAccepted, Response
-from app.events import RoutingLogEvent as _RoutingLogEvent
+from app.events import (
+    AttemptFinished,
+    Decision,
+    Outcome,
+    RequestAccepted,
+    Response,
+    RouteTick,
+    RoutingLogEvent,
+)
 from app.settings import Topics
 
 E = TypeVar("E")
-RoutingEvent = RequestAccepted | AttemptFinished
+RoutingEvent = RequestAccepted | AttemptFinished | RouteTick
 STREAMS = ("routing", "decisions", "outcomes", "responses")
 EXPORT_FORMAT = "switchyard-export/1"
 
-_routing_adapter: TypeAdapter[RoutingEvent] = TypeAdapter(_RoutingLogEvent)
+_routing_adapter: TypeAdapter[RoutingEvent] = TypeAdapter(RoutingLogEvent)
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "routing": _routing_adapter.validate_json,
     "decisions": Decision.model_validate_json,
@@ -95,10 +102,6 @@ def events(entries: list[Entry[E]]) -> Iterator[E]:
     return (entry.event for entry in entries if entry.event is not None)
 
 
-def route_of(event: RoutingEvent) -> str:
-    return event.route if isinstance(event, RequestAccepted) else event.outcome.route
-
-
 def parse(stream: str, partition: int, offset: int, raw: str) -> Entry[Any]:
     try:
         return Entry(partition, offset, raw, _PARSERS[stream](raw))
@@ -109,14 +112,16 @@ def parse(stream: str, partition: int, offset: int, raw: str) -> Entry[Any]:
 
 def mentions(raw: str, request_id: str) -> bool:
     """Cheap pre-filter: could this record be about ``request_id``?"""
-    return json.dumps(request_id) in raw
+    return json.dumps(request_id, ensure_ascii=False) in raw
 
 
 # --------------------------------------------------------------------------- export files
 
 
-def read_export(directory: Path, only_request: str | None = None) -> RecordedLog:
-    """Read what :func:`app.audit.export.write_export` wrote."""
+def read_export(
+    directory: Path, only_request: str | None = None, streams: Collection[str] = STREAMS
+) -> RecordedLog:
+    """Read what :func:`app.audit.export.write_export` wrote (only ``streams``)."""
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{directory} is not a switchyard export (no manifest.json)")
@@ -127,7 +132,7 @@ def read_export(directory: Path, only_request: str | None = None) -> RecordedLog
     log.routing_start = {int(p): int(o) for p, o in manifest.get("routing_start", {}).items()}
     for name in STREAMS:
         path = directory / f"{name}.jsonl"
-        if not path.is_file():
+        if name not in streams or not path.is_file():
             continue
         entries = log.stream(name)
         with path.open(encoding="utf-8") as lines:
@@ -149,7 +154,7 @@ def _routing_line(line: str) -> Entry[Any]:
     else:  # rewritten by another tool: same columns, other layout
         row = json.loads(line)
         partition, offset = int(row["partition"]), int(row["offset"])
-        raw = json.dumps(row["event"], separators=(",", ":"))
+        raw = json.dumps(row["event"], separators=(",", ":"), ensure_ascii=False)
     if raw == "null":
         return Entry(partition, offset, raw, None, "unreadable when exported")
     return parse("routing", partition, offset, raw)
@@ -172,10 +177,11 @@ async def read_broker(
     topics: Topics,
     *,
     only_request: str | None = None,
+    streams: Collection[str] = STREAMS,
     timeout_s: float = 120.0,
 ) -> RecordedLog:
-    """Read the four streams from the beginning to the end offsets seen at the start."""
-    names = topic_names(topics)
+    """Read the streams from the beginning to the end offsets seen at the start."""
+    names = {name: topic for name, topic in topic_names(topics).items() if name in streams}
     stream_of = {topic: name for name, topic in names.items()}
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -193,7 +199,7 @@ async def read_broker(
         reported: Mapping[TopicPartition, int] = await consumer.end_offsets(partitions)
         ends = await true_end_offsets(bootstrap, reported)
         log.routing_start = {
-            tp.partition: starts[tp] for tp in partitions if tp.topic == names["routing"]
+            tp.partition: starts[tp] for tp in partitions if tp.topic == names.get("routing")
         }
         pending = {tp for tp in partitions if ends[tp] > starts[tp]}
         for tp in pending:

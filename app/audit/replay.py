@@ -14,7 +14,9 @@ and recorded decisions the log cannot produce are reported apart. A decision
 recorded twice (at-least-once delivery) counts once when both copies agree; a
 request redelivered after its attempt closed is routed again under the same
 decision id, and the copies are then paired in log order.
-Error responses the router itself produced are checked against ``llm.responses``.
+The router answers every request from the fold, so every response on
+``llm.responses`` is re-derived and compared the same way (a completion's text
+is compared but never printed).
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from app.audit.log import Entry, RecordedLog, RoutingEvent, events, route_of
-from app.events import Decision, Response
+from app.audit.log import Entry, RecordedLog, RoutingEvent, events
+from app.events import Decision, Response, route_of
 from app.routing.fold import handle
 from app.routing.policy import Policy
 from app.routing.state import RouteState
 
 _EMPTY = RouteState()
+R = TypeVar("R", Decision, Response)
 MismatchKind = Literal["differs", "not_rederived", "not_recorded"]
 
 
@@ -78,16 +81,19 @@ def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederive
 @dataclass(frozen=True)
 class Mismatch:
     kind: MismatchKind
-    decision_id: str
+    #: ``decision`` or ``response``.
+    record: str
+    event_id: str
     request_id: str
     attempt: int
-    #: ``path: recorded X, replayed Y`` lines (at most a few per decision).
+    #: ``path: recorded X, replayed Y`` lines (at most a few per record).
     differences: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "decision_id": self.decision_id,
+            "record": self.record,
+            "id": self.event_id,
             "request_id": self.request_id,
             "attempt": self.attempt,
             "differences": self.differences,
@@ -102,6 +108,9 @@ class ReplayReport:
     recorded: int
     rederived: int
     reproduced: int
+    responses_recorded: int
+    responses_rederived: int
+    responses_reproduced: int
     mismatches: list[Mismatch]
     events: int
     applied: int
@@ -109,12 +118,10 @@ class ReplayReport:
     fold_errors: list[str]
     unreadable: dict[str, int]
     truncated_partitions: dict[int, int]
-    router_responses: int
-    router_responses_matched: int
     states: dict[str, RouteState] = field(default_factory=dict, repr=False)
 
-    def count(self, kind: MismatchKind) -> int:
-        return sum(1 for m in self.mismatches if m.kind == kind)
+    def count(self, kind: MismatchKind, record: str = "decision") -> int:
+        return sum(1 for m in self.mismatches if m.kind == kind and m.record == record)
 
     @property
     def mismatched(self) -> int:
@@ -122,12 +129,7 @@ class ReplayReport:
 
     @property
     def ok(self) -> bool:
-        return (
-            not self.mismatches
-            and not self.fold_errors
-            and not self.truncated_partitions
-            and self.router_responses_matched == self.router_responses
-        )
+        return not self.mismatches and not self.fold_errors and not self.truncated_partitions
 
     @property
     def config_differs(self) -> bool:
@@ -143,6 +145,14 @@ class ReplayReport:
             "recorded_not_rederived": self.count("not_rederived"),
             "rederived_not_recorded": self.count("not_recorded"),
             "rederived": self.rederived,
+            "responses": {
+                "recorded": self.responses_recorded,
+                "rederived": self.responses_rederived,
+                "reproduced": self.responses_reproduced,
+                "mismatched": self.count("differs", "response"),
+                "recorded_not_rederived": self.count("not_rederived", "response"),
+                "rederived_not_recorded": self.count("not_recorded", "response"),
+            },
             "replay_config_hash": self.replay_config_hash,
             "recorded_config_hashes": self.recorded_config_hashes,
             "routing_events": self.events,
@@ -151,8 +161,6 @@ class ReplayReport:
             "fold_errors": self.fold_errors[:limit],
             "unreadable": self.unreadable,
             "truncated_partitions": {str(p): o for p, o in self.truncated_partitions.items()},
-            "router_responses": self.router_responses,
-            "router_responses_matched": self.router_responses_matched,
             "first_mismatches": [m.to_json() for m in self.mismatches[:limit]],
         }
 
@@ -160,24 +168,12 @@ class ReplayReport:
 def replay(log: RecordedLog, policy: Policy) -> ReplayReport:
     again = rederive(log.routing, policy)
     recorded = _by_id(events(log.decisions))
-    rederived = _by_id(again.decisions)
-    mismatches: list[Mismatch] = []
-    reproduced = 0
-    for decision_id, copies in recorded.items():
-        derived = rederived.get(decision_id, [])
-        for original, decision in zip(copies, derived, strict=False):
-            differences = diff(original.model_dump(), decision.model_dump())
-            if differences:
-                mismatches.append(_mismatch("differs", decision, differences))
-            else:
-                reproduced += 1
-        mismatches.extend(_mismatch("not_rederived", d) for d in copies[len(derived) :])
-        mismatches.extend(_mismatch("not_recorded", d) for d in derived[len(copies) :])
-    for decision_id, derived in rederived.items():
-        if decision_id not in recorded:
-            mismatches.extend(_mismatch("not_recorded", d) for d in derived)
+    decisions_reproduced, mismatches = _pair(recorded, _by_id(again.decisions))
+    responses = _by_id(events(log.responses))
+    responses_reproduced, response_mismatches = _pair(responses, _by_id(again.responses))
+    mismatches += response_mismatches
     order = {"differs": 0, "not_rederived": 1, "not_recorded": 2}
-    mismatches.sort(key=lambda m: order[m.kind])
+    mismatches.sort(key=lambda m: (m.record, order[m.kind]))
     return ReplayReport(
         source=log.source,
         replay_config_hash=policy.config_hash,
@@ -186,7 +182,10 @@ def replay(log: RecordedLog, policy: Policy) -> ReplayReport:
         ),
         recorded=sum(len(copies) for copies in recorded.values()),
         rederived=len(again.decisions),
-        reproduced=reproduced,
+        reproduced=decisions_reproduced,
+        responses_recorded=sum(len(copies) for copies in responses.values()),
+        responses_rederived=len(again.responses),
+        responses_reproduced=responses_reproduced,
         mismatches=mismatches,
         events=again.events,
         applied=again.applied,
@@ -194,37 +193,54 @@ def replay(log: RecordedLog, policy: Policy) -> ReplayReport:
         fold_errors=again.errors,
         unreadable={k: v for k, v in log.unreadable().items() if v},
         truncated_partitions={p: o for p, o in log.routing_start.items() if o > 0},
-        router_responses=len(again.responses),
-        router_responses_matched=_matched_responses(log, again.responses),
         states=again.states,
     )
 
 
-def _by_id(decisions: Iterable[Decision]) -> dict[str, list[Decision]]:
-    """Distinct copies per decision id, in log order (identical redeliveries count once).
+def _by_id(records: Iterable[R]) -> dict[str, list[R]]:
+    """Distinct copies per id, in log order (identical redeliveries count once).
 
     The same id twice with different content is legitimate: a request redelivered
     after its first attempt closed is routed again, and the router publishes both.
     """
-    found: dict[str, list[Decision]] = {}
-    for decision in decisions:
-        copies = found.setdefault(decision.id, [])
-        if decision not in copies:
-            copies.append(decision)
+    found: dict[str, list[R]] = {}
+    for record in records:
+        copies = found.setdefault(record.id, [])
+        if record not in copies:
+            copies.append(record)
     return found
 
 
-def _matched_responses(log: RecordedLog, produced: list[Response]) -> int:
-    recorded: dict[str, list[Response]] = {}
-    for response in events(log.responses):
-        recorded.setdefault(response.id, []).append(response)
-    return sum(1 for r in produced if r in recorded.get(r.id, []))
+def _pair(
+    recorded: dict[str, list[R]], rederived: dict[str, list[R]]
+) -> tuple[int, list[Mismatch]]:
+    """Compare copies with the same id in log order; exact equality, field by field."""
+    reproduced = 0
+    mismatches: list[Mismatch] = []
+    for record_id, copies in recorded.items():
+        derived = rederived.get(record_id, [])
+        for original, again in zip(copies, derived, strict=False):
+            if original == again:  # every field, floats bit for bit
+                reproduced += 1
+            else:
+                differences = diff(original.model_dump(), again.model_dump())
+                mismatches.append(_mismatch("differs", again, differences))
+        mismatches.extend(_mismatch("not_rederived", r) for r in copies[len(derived) :])
+        mismatches.extend(_mismatch("not_recorded", r) for r in derived[len(copies) :])
+    for record_id, derived in rederived.items():
+        if record_id not in recorded:
+            mismatches.extend(_mismatch("not_recorded", r) for r in derived)
+    return reproduced, mismatches
 
 
-def _mismatch(
-    kind: MismatchKind, decision: Decision, differences: list[str] | None = None
-) -> Mismatch:
-    return Mismatch(kind, decision.id, decision.request_id, decision.attempt, differences or [])
+def _mismatch(kind: MismatchKind, record: R, differences: list[str] | None = None) -> Mismatch:
+    if isinstance(record, Decision):
+        return Mismatch(
+            kind, "decision", record.id, record.request_id, record.attempt, differences or []
+        )
+    return Mismatch(
+        kind, "response", record.id, record.request_id, record.attempts, differences or []
+    )
 
 
 def diff(recorded: Any, replayed: Any, path: str = "", limit: int = 8) -> list[str]:
@@ -236,6 +252,12 @@ def diff(recorded: Any, replayed: Any, path: str = "", limit: int = 8) -> list[s
 
 def _diff(a: Any, b: Any, path: str, out: list[str], limit: int) -> None:
     if len(out) >= limit:
+        return
+    if path == "completion" and (a is None) != (b is None):
+        out.append(
+            f"completion: recorded {'none' if a is None else 'one'}, "
+            f"replayed {'none' if b is None else 'one'}"
+        )
         return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
@@ -252,7 +274,10 @@ def _diff(a: Any, b: Any, path: str, out: list[str], limit: int) -> None:
             _diff(x, y, f"{path}[{index}]", out, limit)
         return
     if a != b or type(a) is not type(b):
-        out.append(f"{path}: recorded {a!r}, replayed {b!r}")
+        if path.startswith("completion"):  # never print completion text
+            out.append(f"{path}: recorded and replayed differ (content not shown)")
+        else:
+            out.append(f"{path}: recorded {a!r}, replayed {b!r}")
 
 
 def render(report: ReplayReport, show: int = 5) -> str:
@@ -265,11 +290,12 @@ def render(report: ReplayReport, show: int = 5) -> str:
         f"recorded but not re-derived: {report.count('not_rederived')}; "
         f"re-derived but not recorded: {report.count('not_recorded')}",
     ]
-    if report.router_responses:
-        lines.append(
-            f"router error responses: {report.router_responses} re-derived, "
-            f"{report.router_responses_matched} match llm.responses"
-        )
+    lines.append(
+        f"responses: {report.responses_recorded}, reproduced: {report.responses_reproduced}, "
+        f"mismatched: {report.count('differs', 'response')}; recorded but not re-derived: "
+        f"{report.count('not_rederived', 'response')}; re-derived but not recorded: "
+        f"{report.count('not_recorded', 'response')}"
+    )
     hashes = ", ".join(f"{h} ({n})" for h, n in sorted(report.recorded_config_hashes.items()))
     lines.append(
         f"config_hash: replay policy {report.replay_config_hash}; recorded {hashes or '-'}"
@@ -291,7 +317,7 @@ def render(report: ReplayReport, show: int = 5) -> str:
         lines.append(f"fold error (the router dead-letters these): {error}")
     for mismatch in report.mismatches[:show]:
         lines.append(
-            f"{mismatch.kind}: decision {mismatch.decision_id} "
+            f"{mismatch.kind}: {mismatch.record} {mismatch.event_id} "
             f"(request {mismatch.request_id!r}, attempt {mismatch.attempt})"
         )
         lines.extend(f"    {d}" for d in mismatch.differences)

@@ -4,9 +4,11 @@ For the replay tests and ``bench/replay_speed.py``. A small discrete-event
 simulation does what the worker does: requests arrive at a fixed interval and
 go on the routing log; each event on the log is folded at once with
 :func:`app.routing.fold.handle` at its offset; each dispatched attempt finishes
-after its simulated latency with an outcome drawn from its deployment's
-:class:`Profile` (seeded), which goes on the routing log as ``AttemptFinished``
-(with ``retry`` when it failed in a retriable way and attempts remain). Every
+after its simulated latency (counted from its ``not_before``, the retry backoff)
+with an outcome drawn from its deployment's :class:`Profile` (seeded), which
+goes on the routing log as ``AttemptFinished``
+(with ``retry`` when it failed in a retriable way and attempts remain, and the
+completion when it succeeded). The router's responses come from the fold. Every
 record is serialised to JSON and parsed back, as it would be on a broker.
 """
 
@@ -18,19 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.audit.log import Entry, RecordedLog, RoutingEvent, parse, route_of
+from app.audit.log import Entry, RecordedLog, RoutingEvent, parse
 from app.events import (
     AttemptFinished,
     ChatMessage,
     ChatRequest,
     Dispatch,
-    ErrorBody,
     LogPosition,
     Outcome,
     RequestAccepted,
-    Response,
     StatusClass,
     derived_id,
+    route_of,
 )
 from app.execution.call import cost_usd
 from app.routing.bandit import seeded_rng
@@ -41,6 +42,10 @@ from app.routing.state import RouteState
 
 #: 2023-11-14T22:13:20Z, as in the tests.
 T0 = 1_700_000_000.0
+COMPLETION: dict[str, Any] = {
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "synthetic answer"}}],
+}
 _HTTP = {
     StatusClass.SUCCESS: 200,
     StatusClass.SERVER_ERROR: 503,
@@ -136,7 +141,7 @@ class _Simulation:
         final = not (retriable and decision.attempt < dispatch.max_attempts)
         provider = self.policy.config.provider_by_id[decision.provider]
         tokens_in, tokens_out = (profile.tokens_in, profile.tokens_out) if ok else (0, 0)
-        done = epoch(decision.occurred_at) + latency_ms / 1000.0
+        done = max(epoch(decision.occurred_at), dispatch.not_before) + latency_ms / 1000.0
         outcome = Outcome(
             id=derived_id("outcome", decision.request_id, decision.attempt),
             occurred_at=at(done),
@@ -168,27 +173,9 @@ class _Simulation:
                 outcome=outcome,
                 tried=[*dispatch.tried, decision.deployment],
                 retry=None if final else dispatch.accepted,
+                completion=COMPLETION if ok else None,
             ),
         )
-        if final:
-            self.record("responses", _response(outcome).model_dump_json())
-
-
-def _response(outcome: Outcome) -> Response:
-    ok = outcome.status_class is StatusClass.SUCCESS
-    completion: dict[str, Any] = {"choices": [{"message": {"role": "assistant", "content": "…"}}]}
-    return Response(
-        id=derived_id("response", outcome.request_id),
-        occurred_at=outcome.occurred_at,
-        request_id=outcome.request_id,
-        status="ok" if ok else "error",
-        attempts=outcome.attempt,
-        deployment=outcome.deployment,
-        completion=completion if ok else None,
-        error=None
-        if ok
-        else ErrorBody(type=outcome.status_class.value, message="simulated", code="provider_error"),
-    )
 
 
 def synthetic_log(

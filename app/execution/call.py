@@ -50,6 +50,7 @@ class CallResult:
     completion: dict[str, Any] | None = None
     error: str | None = None
     retry_after_s: float | None = None
+    confidence: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,8 @@ async def call_provider(
     model: str,
     request: ChatRequest,
     timeout_s: float,
+    *,
+    logprobs: bool = False,
 ) -> CallResult:
     """POST ``{base_url}/chat/completions`` and classify the answer.
 
@@ -86,7 +89,7 @@ async def call_provider(
         async with asyncio.timeout(timeout_s):
             response = await client.post(
                 chat_completions_url(provider.base_url),
-                json=request_body(model, request),
+                json=request_body(model, request, logprobs),
                 headers=_headers(key),
                 timeout=timeout_s,
             )
@@ -103,12 +106,14 @@ def chat_completions_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/chat/completions"
 
 
-def request_body(model: str, request: ChatRequest) -> dict[str, Any]:
+def request_body(model: str, request: ChatRequest, logprobs: bool = False) -> dict[str, Any]:
     """The OpenAI request body: the deployment's model, the request's messages and knobs."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in request.messages],
     }
+    if logprobs:
+        body["logprobs"] = True
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
     if request.temperature is not None:
@@ -175,7 +180,24 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
         finish_reason=finish_reason,
         completion=None if problem else body,
         error=_short(problem, key) if problem else None,
+        confidence=None if problem else confidence_of(body),
     )
+
+
+def confidence_of(body: dict[str, Any]) -> float | None:
+    """exp(mean log-probability) of the first choice's tokens, when the server sent them.
+
+    The geometric mean of the token probabilities: 1.0 when the model was sure of
+    every token, lower as it hesitated. None without ``logprobs.content``.
+    """
+    try:
+        tokens = body["choices"][0]["logprobs"]["content"]
+        values = [float(token["logprob"]) for token in tokens]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    if not values or not all(math.isfinite(v) for v in values):
+        return None
+    return math.exp(sum(values) / len(values))
 
 
 def _json_object(content: bytes) -> dict[str, Any] | None:
@@ -319,9 +341,13 @@ def reward(status_class: StatusClass) -> float:
 
 
 def is_final(dispatch: Dispatch, result: CallResult) -> bool:
-    """True unless the attempt failed in a retriable way and attempts remain."""
-    retriable = is_retriable(result.status_class, result.http_status)
-    return not (retriable and dispatch.decision.attempt < dispatch.max_attempts)
+    """True unless the attempt failed in a retriable way, or a local-first answer was not
+    confident enough, and attempts remain."""
+    if dispatch.decision.attempt >= dispatch.max_attempts:
+        return True
+    if dispatch.min_confidence is not None and result.status_class is StatusClass.SUCCESS:
+        return result.confidence is not None and result.confidence >= dispatch.min_confidence
+    return not is_retriable(result.status_class, result.http_status)
 
 
 def build_outcome(
@@ -359,4 +385,5 @@ def build_outcome(
         final=final,
         error=result.error,
         retry_after_s=result.retry_after_s,
+        confidence=result.confidence,
     )

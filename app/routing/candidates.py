@@ -37,6 +37,8 @@ class CandidatePlan:
     no_fallback: bool = False
     #: Set when the request cannot be routed at all (unknown pin, empty lists).
     refusal: ErrorBody | None = None
+    #: A local-first attempt: the answer is kept only at this confidence or above.
+    min_confidence: float | None = None
 
 
 def tenant_policy(accepted: RequestAccepted, policy: Policy) -> TenantPolicy:
@@ -95,7 +97,25 @@ def _pinned(
     )
 
 
-def plan_candidates(accepted: RequestAccepted, policy: Policy) -> CandidatePlan:
+def _local_first(
+    accepted: RequestAccepted, policy: Policy, mode: ModeChoice
+) -> CandidatePlan | None:
+    route = policy.config.routes.get(accepted.route)
+    if route is None or route.local_first is None:
+        return None
+    local = policy.config.provider_by_id[route.local_first.provider]
+    arm = Arm(deployment_id(local.id, local.default_model), local, local.default_model)
+    others = [
+        Exclusion(deployment=deployment_id(p.id, p.default_model), reason="local_first")
+        for p in policy.config.route_providers(accepted.route)
+        if p.id != local.id
+    ]
+    return CandidatePlan(
+        [arm], others, "local_first", None, mode, min_confidence=route.local_first.threshold
+    )
+
+
+def plan_candidates(accepted: RequestAccepted, policy: Policy, attempt: int = 1) -> CandidatePlan:
     providers = (
         policy.config.route_providers(accepted.route)
         if accepted.route in policy.config.route_names()
@@ -107,6 +127,9 @@ def plan_candidates(accepted: RequestAccepted, policy: Policy) -> CandidatePlan:
         return _refused(f"invalid model id: {accepted.model_error}", "invalid_model", mode)
     if accepted.pinned:
         return _pinned(accepted, providers, mode)
+    local = _local_first(accepted, policy, mode) if attempt == 1 else None
+    if local is not None:
+        return local
     lists = _merged_lists(preset, accepted)
     excluded: list[Exclusion] = []
     kept: list[ProviderConfig] = []

@@ -150,7 +150,7 @@ def _route(
     state: RouteState, accepted: RequestAccepted, attempt: int, tried: list[str], policy: Policy
 ) -> Step:
     request_id = accepted.request.request_id
-    plan = plan_candidates(accepted, policy)
+    plan = plan_candidates(accepted, policy, attempt)
     if plan.refusal is not None:
         return Step(
             state, responses=[_error_response(request_id, attempt - 1, state, plan.refusal)]
@@ -213,6 +213,7 @@ def _route(
         accepted=accepted,
         timeout_s=timeout_s,
         max_attempts=1 if plan.no_fallback else policy.max_attempts(accepted.route),
+        min_confidence=plan.min_confidence,
         tried=list(tried),
         not_before=state.clock + backoff_s(request_id, attempt, policy),
         deadline=deadline_of(accepted, policy),
