@@ -27,6 +27,7 @@ from app.events import (
 )
 from app.execution.call import CallResult, build_outcome, call_provider, is_final
 from app.execution.http import make_client
+from app.execution.stream import stream_provider
 from app.faust_app import (
     app,
     dispatch_topic,
@@ -86,6 +87,9 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
     if budget <= 0:
         return CallResult(StatusClass.TIMEOUT, None, 0.0, error="request deadline passed")
     decision = dispatch.decision
+    if provider.stream and dispatch.min_confidence is None:
+        request = dispatch.accepted.request
+        return await stream_provider(shared_client(), provider, decision.model, request, budget)
     return await call_provider(
         shared_client(),
         provider,

@@ -71,6 +71,8 @@ class ProviderConfig(BaseModel):
     weight_initial: float = Field(default=0.0, ge=0.0)
     p95_latency_baseline_ms: float = Field(default=1000.0, gt=0.0)
     timeout_ms: int = Field(default=30_000, ge=1)
+    #: Call with ``stream: true`` to measure time to first token (a cut stream is a failure).
+    stream: bool = False
     models: list[ModelSpec] = Field(min_length=1)
 
     @property

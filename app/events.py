@@ -158,6 +158,8 @@ class Outcome(Envelope):
     retry_after_s: float | None = None
     #: exp(mean token log-probability) of the answer, when the provider reported them.
     confidence: float | None = None
+    #: Time to the first content token, for providers called with ``stream: true``.
+    first_token_ms: float | None = None
     #: True when this attempt ended the request (its response has been published).
     final: bool
     error: str | None = None

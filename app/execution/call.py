@@ -51,6 +51,8 @@ class CallResult:
     error: str | None = None
     retry_after_s: float | None = None
     confidence: float | None = None
+    #: Streaming calls: time to the first content token.
+    first_token_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,7 @@ async def call_provider(
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     key = provider.api_key.get_secret_value()
-    if key and not _is_header_safe(key):
+    if key and not is_header_safe(key):
         return CallResult(
             StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
         )
@@ -90,7 +92,7 @@ async def call_provider(
             response = await client.post(
                 chat_completions_url(provider.base_url),
                 json=request_body(model, request, logprobs),
-                headers=_headers(key),
+                headers=auth_headers(key),
                 timeout=timeout_s,
             )
     except (httpx.TimeoutException, TimeoutError):
@@ -121,14 +123,14 @@ def request_body(model: str, request: ChatRequest, logprobs: bool = False) -> di
     return body
 
 
-def _headers(key: str) -> dict[str, str]:
+def auth_headers(key: str) -> dict[str, str]:
     headers = {"Accept": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
     return headers
 
 
-def _is_header_safe(value: str) -> bool:
+def is_header_safe(value: str) -> bool:
     return value.isascii() and value.isprintable()
 
 
@@ -137,16 +139,16 @@ def _elapsed_ms(started: float) -> float:
 
 
 def _failure(status_class: StatusClass, error: str, started: float, key: str) -> CallResult:
-    return CallResult(status_class, None, _elapsed_ms(started), error=_scrub(error, key))
+    return CallResult(status_class, None, _elapsed_ms(started), error=scrub(error, key))
 
 
-def _scrub(text: str, key: str) -> str:
+def scrub(text: str, key: str) -> str:
     return text.replace(key, _REDACTED) if key else text
 
 
 def _short(text: str, key: str) -> str:
     """Provider-chosen text, cut to a bounded length and scrubbed of the key."""
-    return _scrub(text, key)[:_MAX_PROVIDER_TEXT]
+    return scrub(text, key)[:_MAX_PROVIDER_TEXT]
 
 
 # --------------------------------------------------------------------------- classification
@@ -160,7 +162,7 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
             classify_http_status(status),
             status,
             latency_ms,
-            error=_scrub(_http_error(status, response.content), key),
+            error=scrub(_http_error(status, response.content), key),
             retry_after_s=parse_retry_after(response.headers),
         )
     body = _json_object(response.content)
@@ -386,4 +388,5 @@ def build_outcome(
         error=result.error,
         retry_after_s=result.retry_after_s,
         confidence=result.confidence,
+        first_token_ms=result.first_token_ms,
     )
