@@ -77,6 +77,8 @@ def _schemas(args: argparse.Namespace) -> int:
 #: Every ``switchyard`` start imports these modules: keep their top-level imports light.
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "quality": ("bench.quality", "routing quality of every policy in simulated scenarios"),
+    "outage": ("bench.outage", "seed 003's 47-minute outage on the live stack (llmock)"),
+    "crash": ("bench.crash", "SIGKILL the worker under load; count what was lost"),
 }
 
 

@@ -16,12 +16,10 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from app.client import RequestPublisher, read_topics
-from app.embedded.stack import EmbeddedStack
+if TYPE_CHECKING:  # imported in run(): `switchyard` imports this module at every start
+    from app.embedded.stack import EmbeddedStack
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _publish(stack: EmbeddedStack, ids: list[str], rate: float) -> None:
+    from app.client import RequestPublisher
+
     publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
     started = time.monotonic()
     try:
@@ -56,12 +56,17 @@ async def _kill_periodically(stack: EmbeddedStack, kills: int, span_s: float) ->
 
 
 async def _total_pulls(port: str) -> int:
+    import httpx
+
     async with httpx.AsyncClient() as client:
         stats = (await client.get(f"http://127.0.0.1:{port}/admin/bandit/stats", timeout=5)).json()
     return sum(arm["pulls"] for route in stats.values() for arm in route.values())
 
 
 async def crash(args: argparse.Namespace) -> dict[str, Any]:
+    from app.client import read_topics
+    from app.embedded.stack import EmbeddedStack
+
     ids = [f"crash-{i:06d}" for i in range(args.requests)]
     async with EmbeddedStack(time_scale=0.05, seed=11) as stack:
         span = args.requests / args.rate

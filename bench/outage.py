@@ -22,16 +22,14 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from llmock.chaos import ChaosSettings
-from llmock.scenarios import Fail
-from llmock.testing import LLMockServer
 
-from app.client import RequestPublisher, read_topics
-from app.embedded.simulated import SEED_003_MODELS
-from app.embedded.stack import EmbeddedStack
+if TYPE_CHECKING:  # imported in run(): `switchyard` imports this module at every start
+    from llmock.testing import LLMockServer
+
+    from app.embedded.stack import EmbeddedStack
 
 OUTAGE_MIN = 47.0
 BEFORE_MIN = 5.0
@@ -60,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _providers_yaml(servers: dict[str, LLMockServer]) -> str:
+    from app.embedded.simulated import SEED_003_MODELS
+
     entries = []
     for model in SEED_003_MODELS:
         entries.append(
@@ -94,6 +94,10 @@ def _env(strategy: str, compression: float) -> dict[str, str]:
 async def _drive(
     stack: EmbeddedStack, servers: dict[str, LLMockServer], rate: float, compression: float
 ) -> tuple[list[str], float, float]:
+    from llmock.scenarios import Fail
+
+    from app.client import RequestPublisher
+
     publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
     ids: list[str] = []
     phases = [(BEFORE_MIN, False), (OUTAGE_MIN, True), (AFTER_MIN, False)]
@@ -182,6 +186,13 @@ def measure(
 
 
 async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
+    from llmock.chaos import ChaosSettings
+    from llmock.testing import LLMockServer
+
+    from app.client import read_topics
+    from app.embedded.simulated import SEED_003_MODELS
+    from app.embedded.stack import EmbeddedStack
+
     servers = {
         m.provider_id: LLMockServer(chaos=ChaosSettings(latency_ms=round(m.p50_ms / 20)))
         for m in SEED_003_MODELS
@@ -206,6 +217,9 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
                 done,
                 timeout_s=120,
             )
+            args.out.mkdir(parents=True, exist_ok=True)
+            dump = {"outage": [start, end], "records": records}
+            (args.out / f"outage-{strategy}-records.json").write_text(json.dumps(dump))
             return measure(strategy, records, stack, ids, (start, end), args.compression)
     finally:
         for server in servers.values():

@@ -1,0 +1,1 @@
+"""Benchmarks: ``switchyard bench quality`` (routing quality in simulated scenarios)."""

@@ -1,0 +1,1 @@
+"""The quality simulator: ground truth, scenarios, policies and the event loop."""

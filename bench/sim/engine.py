@@ -1,0 +1,288 @@
+"""The discrete-event simulation: requests arrive, a router decides, the world answers.
+
+Time is simulated (no sleeping, no wall clock): an event queue ordered by time,
+ties broken by a sequence number, so a run is a deterministic function of
+(scenario, policy, requests, seed).
+
+* Request ``i`` arrives at ``i · duration / requests``, is accepted by the
+  ingest's pure function (:func:`app.ingest.accept`: validation, features,
+  domain) with the simulated clock as its time, and is folded through the router
+  as that ``RequestAccepted``; routing-log positions increase by one per event.
+* Each attempt the router starts is answered by the world (``World.call``) from a
+  generator seeded by (run seed, request, attempt) — not by deployment: common
+  random numbers, coupled across deployments (a draw that makes one deployment
+  slow or its answer rejected does the same, relative to its own distribution,
+  on any other). Each deployment's own distribution is unchanged; regret
+  between policies loses most of its noise. Its ``AttemptFinished`` is folded back at
+  completion time, built as the executor builds it: outcome with status class,
+  latency, 800/250 tokens, cost from the provider's prices, reward 1.0 for an
+  accepted success, ``retriable`` by seed 004, ``final`` when not retriable or
+  out of attempts, and ``retry`` = the request when it is to be routed again.
+  Fallbacks are whatever the router answers to that feedback.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+from dataclasses import dataclass, field
+
+from app.events import (
+    AttemptFinished,
+    LogPosition,
+    Outcome,
+    RequestAccepted,
+    StatusClass,
+    derived_id,
+)
+from app.ingest import accept
+from app.routing.fold import at
+from app.routing.policy import Policy
+from app.routing.reliability import is_retriable
+from bench.sim import policies
+from bench.sim.routers import Choice, Router
+from bench.sim.scenarios import ROUTE, prompt_for
+from bench.sim.world import ORIGIN, Call, Scenario, World, utility
+
+#: Time bins of the share-per-deployment series.
+SHARE_BINS = 48
+
+
+@dataclass
+class _Request:
+    index: int
+    seed: int
+    arrived: float
+    domain: str | None
+    event: RequestAccepted
+    tried: list[str] = field(default_factory=list)
+    cost: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    request: _Request
+    choice: Choice
+
+
+@dataclass(frozen=True, slots=True)
+class _Completion:
+    request: _Request
+    choice: Choice
+    call: Call
+    started: float
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    policy: str
+    requests: int
+    #: Utility of each request, by arrival index.
+    utility: list[float]
+    #: Requests answered successfully / accepted by their user / ended in error.
+    answered: int = 0
+    accepted: int = 0
+    failed: int = 0
+    first_try_ok: int = 0
+    attempts: int = 0
+    cost_usd: float = 0.0
+    #: End-to-end latency of each answered request (ms).
+    latencies_ms: list[float] = field(default_factory=list)
+    #: Attempts started per deployment, per time bin.
+    share: dict[str, list[int]] = field(default_factory=dict)
+    detection_s: float | None = None
+    recovery_s: float | None = None
+    #: Attempts started on the incident's deployment while it was down.
+    incident_attempts: int = 0
+    #: The routing log as folded (only when asked for).
+    log: list[RequestAccepted | AttemptFinished] | None = None
+
+
+class _Run:
+    def __init__(
+        self, scenario: Scenario, policy: str, requests: int, seed: int, record: bool
+    ) -> None:
+        if requests < 1:
+            raise ValueError("requests must be >= 1")
+        self.scenario = scenario
+        self.requests = requests
+        self.seed = seed
+        self.interval = scenario.duration_s / requests
+        self.world = World(scenario, requests / scenario.duration_s)
+        self.router: Router = policies.build_router(policy, self.world, scenario)
+        self.max_attempts = Policy(scenario.config, policies.params_of(policy)).max_attempts(ROUTE)
+        self.rng = random.Random(f"switchyard-bench/{seed}/{scenario.id}")
+        self.queue: list[tuple[float, int, int | _Start | _Completion]] = []
+        self.sequence = 0
+        self.result = RunResult(scenario.id, policy, requests, [0.0] * requests)
+        self.result.share = {t.deployment: [0] * SHARE_BINS for t in scenario.truths}
+        if record:
+            self.result.log = []
+
+    def push(self, t: float, item: int | _Start | _Completion) -> None:
+        heapq.heappush(self.queue, (t, self.sequence, item))
+        self.sequence += 1
+
+    def fold(self, event: RequestAccepted | AttemptFinished) -> list[Choice]:
+        if self.result.log is not None:
+            self.result.log.append(event)
+        return self.router.fold(event)
+
+    def run(self) -> RunResult:
+        self.push(0.0, 0)
+        while self.queue:
+            t, _, item = heapq.heappop(self.queue)
+            if isinstance(item, int):
+                if item + 1 < self.requests:
+                    self.push((item + 1) * self.interval, item + 1)
+                self.arrive(item, t)
+            elif isinstance(item, _Start):
+                self.start(item.request, item.choice, t)
+            else:
+                self.complete(item, t)
+        return self.result
+
+    # -- arrivals -----------------------------------------------------------------
+
+    def arrive(self, index: int, t: float) -> None:
+        domains = self.scenario.domains
+        domain = domains[self.rng.randrange(len(domains))] if domains else None
+        seed = self.rng.getrandbits(64)
+        request_id = f"{self.scenario.id}-{self.seed}-{index:07d}"
+        raw = {
+            "request_id": request_id,
+            "model": ROUTE,
+            "messages": [{"role": "user", "content": prompt_for(domain)}],
+            "metadata": {"domain": domain} if domain else {},
+        }
+        # What the ingest agent does with the record: the same pure function.
+        event = accept(
+            json.dumps(raw).encode(),
+            LogPosition(topic="llm.requests", partition=0, offset=index),
+            at(ORIGIN + t),
+            self.scenario.config,
+            max_request_bytes=1_000_000,
+            deadletter_max_bytes=4096,
+        )
+        if not isinstance(event, RequestAccepted):
+            raise RuntimeError(f"ingest refused a simulated request: {event.detail}")
+        request = _Request(index, seed, t, domain, event)
+        choices = self.fold(event)
+        if not choices:
+            self.finish(request, t, None)
+        self.decided(request, choices, t)
+
+    def decided(self, request: _Request, choices: list[Choice], t: float) -> None:
+        incident = self.scenario.incident
+        for choice in choices:
+            if choice.request_id != request.event.request.request_id:
+                raise RuntimeError(f"router answered {choice.request_id} while routing another")
+            if (
+                incident is not None
+                and self.result.detection_s is None
+                and t >= incident.start_s
+                and incident.deployment in choice.excluded
+            ):
+                self.result.detection_s = t - incident.start_s
+            # The executor waits out the backoff before it calls.
+            self.push(max(t, choice.not_before - ORIGIN), _Start(request, choice))
+
+    def start(self, request: _Request, choice: Choice, t: float) -> None:
+        """The executor's call: within the provider timeout and the request's deadline."""
+        timeout_s = self.world.provider(choice.deployment).timeout_ms / 1000.0
+        budget_s = min(timeout_s, choice.deadline - ORIGIN - t)
+        if budget_s <= 0.0:
+            call = Call(StatusClass.TIMEOUT, None, 0.0)
+        else:
+            rng = random.Random(f"{request.seed}/{choice.attempt}")
+            call = self.world.call(choice.deployment, t, rng, request.domain, budget_s * 1000.0)
+        self.result.attempts += 1
+        request.cost += call.cost_usd
+        bin_index = min(SHARE_BINS - 1, int(t / self.scenario.duration_s * SHARE_BINS))
+        self.result.share[choice.deployment][bin_index] += 1
+        incident = self.scenario.incident
+        if (
+            incident is not None
+            and choice.deployment == incident.deployment
+            and incident.start_s <= t < incident.end_s
+        ):
+            self.result.incident_attempts += 1
+        self.push(t + call.latency_ms / 1000.0, _Completion(request, choice, call, t))
+
+    # -- completions --------------------------------------------------------------
+
+    def complete(self, done: _Completion, t: float) -> None:
+        request, choice, call = done.request, done.choice, done.call
+        request_id = choice.request_id
+        provider, _, model = choice.deployment.partition(":")
+        retriable = is_retriable(call.status, call.http_status)
+        final = not (retriable and choice.attempt < self.max_attempts)
+        success = call.status is StatusClass.SUCCESS
+        outcome = Outcome(
+            id=derived_id("outcome", request_id, choice.attempt),
+            occurred_at=at(ORIGIN + t),
+            request_id=request_id,
+            attempt=choice.attempt,
+            route=ROUTE,
+            deployment=choice.deployment,
+            provider=provider,
+            model=model,
+            decision_id=derived_id("decision", request_id, choice.attempt),
+            status_class=call.status,
+            http_status=call.http_status,
+            latency_ms=call.latency_ms,
+            tokens_in=call.tokens_in,
+            tokens_out=call.tokens_out,
+            cost_usd=call.cost_usd,
+            reward=1.0 if success and call.accepted else 0.0,
+            retriable=retriable,
+            final=final,
+            retry_after_s=call.retry_after_s,
+        )
+        request.tried.append(choice.deployment)
+        finished = AttemptFinished(
+            id=derived_id("finished", request_id, choice.attempt),
+            occurred_at=outcome.occurred_at,
+            outcome=outcome,
+            tried=list(request.tried),
+            retry=request.event if retriable and not final else None,
+        )
+        if choice.attempt == 1 and success:
+            self.result.first_try_ok += 1
+        incident = self.scenario.incident
+        if (
+            success
+            and incident is not None
+            and self.result.recovery_s is None
+            and choice.deployment == incident.deployment
+            and done.started >= incident.end_s
+        ):
+            self.result.recovery_s = t - incident.end_s
+        choices = self.fold(finished)
+        if final:
+            self.finish(request, t, call)
+        elif not choices:
+            self.finish(request, t, None)  # nothing left to try: the last error stands
+        self.decided(request, choices, t)
+
+    def finish(self, request: _Request, t: float, last: Call | None) -> None:
+        success = last is not None and last.status is StatusClass.SUCCESS
+        accepted = success and last is not None and last.accepted
+        latency_s = t - request.arrived
+        result = self.result
+        result.answered += success
+        result.accepted += accepted
+        result.failed += not success
+        result.cost_usd += request.cost
+        if success:
+            result.latencies_ms.append(latency_s * 1000.0)
+        result.utility[request.index] = utility(accepted, request.cost, latency_s, not success)
+
+
+def simulate(
+    scenario: Scenario, policy: str, requests: int, seed: int, *, record_log: bool = False
+) -> RunResult:
+    """Run ``requests`` requests of ``scenario`` through ``policy``."""
+    return _Run(scenario, policy, requests, seed, record_log).run()
