@@ -140,7 +140,7 @@ def replay_command(args: argparse.Namespace) -> int:
 
     from app.audit.replay import render, replay
 
-    result = replay(log, policy)
+    result = replay(log, policy, allow_pending=args.allow_pending)
     _emit(args, result.to_json(limit=args.show), render(result, show=args.show))
     return 0 if result.ok else 1
 
@@ -221,6 +221,11 @@ def register(commands: Any) -> None:
         help="counterfactual with the policy from the environment/--providers as it is",
     )
     replay.add_argument("--runs", type=int, default=5, help="counterfactual: seeded runs")
+    replay.add_argument(
+        "--allow-pending",
+        action="store_true",
+        help="do not fail on outputs of the last events a live router has not published yet",
+    )
     replay.add_argument("--show", type=int, default=5, help="mismatches shown in detail")
     replay.add_argument("--json", action="store_true", help="one JSON document instead of text")
     replay.set_defaults(run=_guarded(replay_command))

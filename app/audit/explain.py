@@ -18,13 +18,46 @@ from typing import Any
 from app.audit.log import RecordedLog, events
 from app.events import AttemptFinished, Candidate, Decision, RequestAccepted
 
-#: What each exclusion reason of ``app.routing.select`` means, for a person.
+#: What each exclusion reason means, for a person; a reason not listed is shown as it is.
 EXCLUSION_REASONS = {
     "already_tried": "already tried by an earlier attempt of this request",
     "breaker_open": "circuit breaker OPEN (too many recent failures)",
     "breaker_half_open_probe_in_flight": "breaker HALF_OPEN and its probe is still in flight",
+    "breaker_half_open_probes_in_flight": "breaker HALF_OPEN and all its probe slots are in use",
     "concurrency_full": "max_concurrency calls already in flight",
+    "retry_after": "the provider asked (Retry-After) not to be called yet",
+    "not_pinned": "the request pinned another deployment",
+    "local_first": "a local-first attempt goes to the local deployment",
+    "provider_not_in_only": "not in the request's or tenant's `only` list",
+    "provider_ignored": "in the request's or tenant's `ignore` list",
+    "domain_not_specialist": "not a specialist of the request's domain",
+    "specialist_only": "a specialist only, and the request is not in its domain",
 }
+#: Decision fields the trace shows in their own place; any other field (selection
+#: rule, domain, mode ... as the routing core adds them) is listed as context.
+_SHOWN = frozenset(
+    {
+        "id",
+        "type",
+        "schema_version",
+        "occurred_at",
+        "request_id",
+        "attempt",
+        "route",
+        "deployment",
+        "provider",
+        "model",
+        "strategy",
+        "algorithm_version",
+        "candidates",
+        "excluded",
+        "config_hash",
+        "state_version",
+        "propensity",
+        "prompt_sha256",
+        "prompt_chars",
+    }
+)
 _OUTCOME_FIELDS = (
     "status_class",
     "http_status",
@@ -123,6 +156,7 @@ def _decision(decision: Decision, reproduced: dict[str, bool] | None) -> dict[st
         "state_version": decision.state_version,
         "propensity": decision.propensity,
         "reproduced_by_replay": None if reproduced is None else reproduced.get(decision.id, False),
+        "context": {k: v for k, v in decision.model_dump(mode="json").items() if k not in _SHOWN},
         "candidates": [
             {
                 "rank": rank,
@@ -198,8 +232,11 @@ def _render_decision(decision: dict[str, Any]) -> list[str]:
         f"{decision['config_hash']}, state version {decision['state_version']}, "
         f"propensity {decision['propensity']:.3f}"
         + ("" if check is None else f", replay: {'reproduced' if check else 'MISMATCH'}"),
-        "    candidates (ranked):",
     ]
+    if decision["context"]:
+        context = ", ".join(f"{k} {v}" for k, v in decision["context"].items())
+        lines.append(f"    {context}")
+    lines.append("    candidates (ranked):")
     for c in decision["candidates"]:
         score = "never tried (picked before any score)" if c["never_tried"] else f"{c['score']:.6f}"
         factors = ", ".join(f"{name} {value:+.6f}" for name, value in c["factors"].items())

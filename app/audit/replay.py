@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
@@ -40,7 +40,7 @@ MismatchKind = Literal["differs", "not_rederived", "not_recorded"]
 @dataclass
 class Rederived:
     decisions: list[Decision] = field(default_factory=list)
-    #: Error responses produced by the router (no deployment could take the request).
+    #: Responses: the router answers every request from the fold.
     responses: list[Response] = field(default_factory=list)
     states: dict[str, RouteState] = field(default_factory=dict)
     events: int = 0
@@ -49,6 +49,8 @@ class Rederived:
     unreadable: int = 0
     #: Records whose fold raised (the live router dead-letters them and goes on).
     errors: list[str] = field(default_factory=list)
+    #: ``id()`` of each decision and response -> (partition, offset) of the event that made it.
+    origin: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
@@ -72,9 +74,13 @@ def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederive
             result.skipped += 1
             continue
         result.applied += 1
+        where = (entry.partition, entry.offset)
         for dispatch in step.dispatches:
             result.decisions.append(dispatch.decision)
-        result.responses.extend(step.responses)
+            result.origin[id(dispatch.decision)] = where
+        for response in step.responses:
+            result.responses.append(response)
+            result.origin[id(response)] = where
     return result
 
 
@@ -88,10 +94,16 @@ class Mismatch:
     attempt: int
     #: ``path: recorded X, replayed Y`` lines (at most a few per record).
     differences: list[str] = field(default_factory=list)
+    #: not_recorded only: made by an event past the router's last recorded output on
+    #: its partition, so the router may simply not have processed it yet.
+    pending: bool = False
+    #: (partition, offset) of the routing-log event that re-derived it (None: not re-derived).
+    origin: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "pending": self.pending,
             "record": self.record,
             "id": self.event_id,
             "request_id": self.request_id,
@@ -118,6 +130,7 @@ class ReplayReport:
     fold_errors: list[str]
     unreadable: dict[str, int]
     truncated_partitions: dict[int, int]
+    allow_pending: bool = False
     states: dict[str, RouteState] = field(default_factory=dict, repr=False)
 
     def count(self, kind: MismatchKind, record: str = "decision") -> int:
@@ -128,8 +141,13 @@ class ReplayReport:
         return self.count("differs")
 
     @property
+    def pending(self) -> int:
+        return sum(1 for m in self.mismatches if m.pending)
+
+    @property
     def ok(self) -> bool:
-        return not self.mismatches and not self.fold_errors and not self.truncated_partitions
+        failing = [m for m in self.mismatches if not (m.pending and self.allow_pending)]
+        return not failing and not self.fold_errors and not self.truncated_partitions
 
     @property
     def config_differs(self) -> bool:
@@ -144,6 +162,7 @@ class ReplayReport:
             "mismatched": self.mismatched,
             "recorded_not_rederived": self.count("not_rederived"),
             "rederived_not_recorded": self.count("not_recorded"),
+            "pending": self.pending,
             "rederived": self.rederived,
             "responses": {
                 "recorded": self.responses_recorded,
@@ -165,15 +184,21 @@ class ReplayReport:
         }
 
 
-def replay(log: RecordedLog, policy: Policy) -> ReplayReport:
+def replay(log: RecordedLog, policy: Policy, *, allow_pending: bool = False) -> ReplayReport:
+    """Re-derive and compare. ``allow_pending``: outputs of the log's last events that
+    are not recorded yet (a live router still at work) do not fail the replay."""
     again = rederive(log.routing, policy)
     recorded = _by_id(events(log.decisions))
-    decisions_reproduced, mismatches = _pair(recorded, _by_id(again.decisions))
     responses = _by_id(events(log.responses))
-    responses_reproduced, response_mismatches = _pair(responses, _by_id(again.responses))
-    mismatches += response_mismatches
+    progress: dict[int, int] = {}
+    decisions_reproduced, mismatches = _pair(recorded, _by_id(again.decisions), again, progress)
+    responses_reproduced, response_mismatches = _pair(
+        responses, _by_id(again.responses), again, progress
+    )
+    mismatches = [_pending(m, progress) for m in [*mismatches, *response_mismatches]]
     order = {"differs": 0, "not_rederived": 1, "not_recorded": 2}
-    mismatches.sort(key=lambda m: (m.record, order[m.kind]))
+    # The first mismatch in log order is where the record and the fold part ways.
+    mismatches.sort(key=lambda m: (m.record, order[m.kind], m.origin or (-1, -1)))
     return ReplayReport(
         source=log.source,
         replay_config_hash=policy.config_hash,
@@ -193,6 +218,7 @@ def replay(log: RecordedLog, policy: Policy) -> ReplayReport:
         fold_errors=again.errors,
         unreadable={k: v for k, v in log.unreadable().items() if v},
         truncated_partitions={p: o for p, o in log.routing_start.items() if o > 0},
+        allow_pending=allow_pending,
         states=again.states,
     )
 
@@ -212,25 +238,46 @@ def _by_id(records: Iterable[R]) -> dict[str, list[R]]:
 
 
 def _pair(
-    recorded: dict[str, list[R]], rederived: dict[str, list[R]]
+    recorded: dict[str, list[R]],
+    rederived: dict[str, list[R]],
+    derivation: Rederived,
+    progress: dict[int, int],
 ) -> tuple[int, list[Mismatch]]:
-    """Compare copies with the same id in log order; exact equality, field by field."""
+    """Compare copies with the same id in log order; exact equality, field by field.
+
+    ``progress`` gets, per routing partition, the offset of the last event whose
+    output is in the record (the router got at least that far)."""
     reproduced = 0
     mismatches: list[Mismatch] = []
     for record_id, copies in recorded.items():
         derived = rederived.get(record_id, [])
         for original, again in zip(copies, derived, strict=False):
+            partition, offset = derivation.origin[id(again)]
+            progress[partition] = max(progress.get(partition, -1), offset)
             if original == again:  # every field, floats bit for bit
                 reproduced += 1
             else:
                 differences = diff(original.model_dump(), again.model_dump())
-                mismatches.append(_mismatch("differs", again, differences))
+                mismatch = _mismatch("differs", again, differences)
+                mismatches.append(replace(mismatch, origin=(partition, offset)))
         mismatches.extend(_mismatch("not_rederived", r) for r in copies[len(derived) :])
-        mismatches.extend(_mismatch("not_recorded", r) for r in derived[len(copies) :])
+        unrecorded = derived[len(copies) :]
+        mismatches.extend(_unrecorded(r, derivation) for r in unrecorded)
     for record_id, derived in rederived.items():
         if record_id not in recorded:
-            mismatches.extend(_mismatch("not_recorded", r) for r in derived)
+            mismatches.extend(_unrecorded(r, derivation) for r in derived)
     return reproduced, mismatches
+
+
+def _unrecorded(record: R, derivation: Rederived) -> Mismatch:
+    return replace(_mismatch("not_recorded", record), origin=derivation.origin[id(record)])
+
+
+def _pending(mismatch: Mismatch, progress: dict[int, int]) -> Mismatch:
+    if mismatch.kind != "not_recorded" or mismatch.origin is None:
+        return mismatch
+    partition, offset = mismatch.origin
+    return replace(mismatch, pending=offset > progress.get(partition, -1))
 
 
 def _mismatch(kind: MismatchKind, record: R, differences: list[str] | None = None) -> Mismatch:
@@ -289,6 +336,15 @@ def render(report: ReplayReport, show: int = 5) -> str:
         f"mismatched: {report.mismatched}",
         f"recorded but not re-derived: {report.count('not_rederived')}; "
         f"re-derived but not recorded: {report.count('not_recorded')}",
+        *(
+            [
+                f"pending: {report.pending} of the re-derived outputs come from events after the "
+                "router's last recorded output on their partition (it may still be at work; "
+                + ("tolerated: --allow-pending)" if report.allow_pending else "--allow-pending)")
+            ]
+            if report.pending
+            else []
+        ),
     ]
     lines.append(
         f"responses: {report.responses_recorded}, reproduced: {report.responses_reproduced}, "
