@@ -9,6 +9,7 @@ import importlib
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from app.config import ConfigError
 
@@ -33,7 +34,9 @@ def _worker(_: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from app import demo
 
-    return demo.main(args.requests, args.rate, args.seed, args.json, args.timeout)
+    return demo.main(
+        args.requests, args.rate, args.seed, args.json, args.timeout, args.strategy, args.export
+    )
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -114,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--timeout", type=float, default=150.0, help="seconds before giving up")
     demo.add_argument("--json", action="store_true", help="also print one JSON summary line")
+    demo.add_argument("--strategy", choices=["ucb1", "thompson", "composite"], default=None)
+    demo.add_argument(
+        "--export", type=Path, default=None, help="write the recorded log here before stopping"
+    )
     demo.set_defaults(run=_demo)
 
     up = commands.add_parser("up", help="run the embedded stack in the foreground")

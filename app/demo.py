@@ -9,6 +9,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from app.client import RequestPublisher, TopicFollower
@@ -164,9 +165,33 @@ async def _warm_up(
     raise TimeoutError("the worker did not answer the warm-up request")
 
 
-async def run_demo(requests: int, rate: float, seed: int, timeout_s: float) -> Summary:
+async def _export(stack: EmbeddedStack, directory: Path) -> None:
+    """Keep the log: the embedded broker is memory-only and goes away with the demo."""
+    from app.audit.export import write_export, write_policy
+    from app.audit.log import read_broker
+    from app.config import load_config
+    from app.routing.policy import Policy
+    from app.settings import RoutingParams
+
+    log = await read_broker(stack.broker.bootstrap, stack.topics)
+    write_export(log, directory, stack.topics)
+    # The worker's routing settings: this environment plus what the stack passed it.
+    overrides: dict[str, Any] = dict(stack.extra_env)
+    params = RoutingParams(**overrides)
+    write_policy(Policy(load_config(stack.providers_file, env={}), params), directory)
+    print(f"exported the log to {directory}", file=sys.stderr)
+
+
+async def run_demo(
+    requests: int,
+    rate: float,
+    seed: int,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    export: Path | None = None,
+) -> Summary:
     print("starting embedded broker, simulated providers and a worker ...", file=sys.stderr)
-    async with EmbeddedStack(seed=seed) as stack:
+    async with EmbeddedStack(seed=seed, env=env) as stack:
         topics = stack.topics
         publisher = await RequestPublisher(stack.broker.bootstrap, topics.requests).start()
         follower = await TopicFollower(
@@ -184,11 +209,22 @@ async def run_demo(requests: int, rate: float, seed: int, timeout_s: float) -> S
         finally:
             await publisher.stop()
             await follower.stop()
+        if export is not None:
+            await _export(stack, export)
     return summarise(tally, requests)
 
 
-def main(requests: int, rate: float, seed: int, as_json: bool, timeout_s: float) -> int:
-    summary = asyncio.run(run_demo(requests, rate, seed, timeout_s))
+def main(
+    requests: int,
+    rate: float,
+    seed: int,
+    as_json: bool,
+    timeout_s: float,
+    strategy: str | None = None,
+    export: Path | None = None,
+) -> int:
+    env = {"BANDIT_STRATEGY": strategy} if strategy else None
+    summary = asyncio.run(run_demo(requests, rate, seed, timeout_s, env, export))
     print(render(summary))
     if as_json:
         print(json.dumps(asdict(summary), sort_keys=True))
