@@ -86,3 +86,13 @@ def test_bad_input_is_dead_lettered_with_reason(raw: bytes | None, reason: str) 
 def test_dead_letter_id_is_stable_per_log_position() -> None:
     first, second = run(b"{"), run(b"{")
     assert isinstance(first, DeadLetter) and first.id == second.id
+
+
+def test_derived_ids_are_uuid5_of_the_joined_parts() -> None:
+    import uuid
+
+    from app.events import _ID_NAMESPACE, derived_id
+
+    for parts in [("decision", "r1", 1), ("x",), ("ünï", "cødé", 3)]:
+        expected = uuid.uuid5(_ID_NAMESPACE, "/".join(map(str, parts)))
+        assert derived_id(*parts) == str(expected)

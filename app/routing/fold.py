@@ -93,13 +93,16 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
 
 
 def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]]:
+    if not state.open_attempts or state.clock <= state.expiry_check_at:
+        return state, []
     lost = {
         key: attempt
         for key, attempt in state.open_attempts.items()
         if attempt.deadline + LOST_ATTEMPT_GRACE_S < state.clock
     }
     if not lost:
-        return state, []
+        next_check = min(a.deadline for a in state.open_attempts.values()) + LOST_ATTEMPT_GRACE_S
+        return state.model_copy(update={"expiry_check_at": next_check}), []
     arms = dict(state.arms)
     responses = []
     for key, attempt in sorted(lost.items()):
@@ -114,7 +117,8 @@ def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]
         )
         responses.append(_error_response(request_id, int(number), state, error))
     still_open = {k: v for k, v in state.open_attempts.items() if k not in lost}
-    return state.model_copy(update={"arms": arms, "open_attempts": still_open}), responses
+    update = {"arms": arms, "open_attempts": still_open, "expiry_check_at": 0.0}
+    return state.model_copy(update=update), responses
 
 
 def _admit(state: RouteState, accepted: RequestAccepted, policy: Policy) -> Step:
@@ -173,15 +177,18 @@ def _route(
     arm_state = arms.get(chosen.deployment) or ArmState()
     arms[chosen.deployment] = arm_state.model_copy(update={"in_flight": arm_state.in_flight + 1})
     timeout_s = chosen.provider.timeout_ms / 1000.0
+    deadline = deadline_of(accepted, policy)
     open_attempts = {
         **state.open_attempts,
         attempt_key(request_id, attempt): OpenAttempt(
-            deployment=chosen.deployment,
-            decided_at=state.clock,
-            deadline=deadline_of(accepted, policy),
+            deployment=chosen.deployment, decided_at=state.clock, deadline=deadline
         ),
     }
-    state = state.model_copy(update={"arms": arms, "open_attempts": open_attempts})
+    expiry = deadline + LOST_ATTEMPT_GRACE_S
+    if state.open_attempts:
+        expiry = min(expiry, state.expiry_check_at) if state.expiry_check_at else 0.0
+    update = {"arms": arms, "open_attempts": open_attempts, "expiry_check_at": expiry}
+    state = state.model_copy(update=update)
     decision = Decision(
         id=derived_id("decision", request_id, attempt),
         occurred_at=at(state.clock),

@@ -89,6 +89,9 @@ class RouteState(Model):
     #: route. Ingest re-publishes after a crash in source order, so anything at or below
     #: it is a copy of a request already routed (and maybe already answered).
     accepted_through: dict[str, int] = Field(default_factory=dict)
+    #: Route-clock time before which no open attempt can be lost (0: check). A cache
+    #: that spares the fold a scan of the open attempts on every event.
+    expiry_check_at: float = 0.0
     #: Per-tenant request windows (seed 000 §9 step 3), on the route clock.
     rate: RateWindow = Field(default_factory=RateWindow)
 
