@@ -186,3 +186,18 @@ def test_tenant_rate_limit_holds_to_the_window_edge() -> None:
     assert [d.request_id for d in run.decisions] == ["r1", "r2", "r4"]
     assert answered["r3"].error is not None and answered["r3"].error.code == "tenant_rate_limited"
     assert answered["r3"].error.http_status == 429
+
+
+def test_when_the_specialist_fails_the_retry_goes_to_the_generalists() -> None:
+    event = request("c9", "Write a Python function and a pytest for it")
+    run = fold([event], POLICY)
+    (first,) = run.decisions
+    assert first.deployment == "deepseek-x:coder"
+    failed = outcome(
+        "c9", first.deployment, T0 + 1, status=StatusClass.SERVER_ERROR, final=False, retriable=True
+    )
+    retry = fold([finished(failed, retry=event)], POLICY, run.state)
+    (second,) = retry.decisions
+    assert second.attempt == 2
+    assert second.candidate_filter == "fallback_generalists"
+    assert second.deployment in {"openai-x:gpt", "deepseek-x:chat", "groq-x:llama"}

@@ -14,12 +14,13 @@ policy in, a :class:`CandidatePlan` out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
-from app.understanding.domains import domain_candidates
+from app.understanding.domains import domain_candidates, is_generalist
 from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
 
 NO_TENANT_POLICY = TenantPolicy()
@@ -115,7 +116,12 @@ def _local_first(
     )
 
 
-def plan_candidates(accepted: RequestAccepted, policy: Policy, attempt: int = 1) -> CandidatePlan:
+def plan_candidates(
+    accepted: RequestAccepted,
+    policy: Policy,
+    attempt: int = 1,
+    tried: Collection[str] = (),
+) -> CandidatePlan:
     providers = (
         policy.config.route_providers(accepted.route)
         if accepted.route in policy.config.route_names()
@@ -150,6 +156,12 @@ def plan_candidates(accepted: RequestAccepted, policy: Policy, attempt: int = 1)
     features = accepted.features
     domain = features.domain.domain if features is not None and features.domain else None
     narrowed = domain_candidates(kept, domain)
+    if narrowed.rule == "specialists" and all(
+        deployment_id(p.id, model) in tried for p, model in narrowed.chosen
+    ):
+        # Every specialist has failed this request: the generalists beat no answer.
+        narrowed = domain_candidates([p for p in kept if is_generalist(p)] or kept, None)
+        narrowed = replace(narrowed, domain=domain, rule="fallback_generalists")
     excluded += [Exclusion(deployment=d, reason=r) for d, r in narrowed.excluded]
     arms = [Arm(deployment_id(p.id, model), p, model) for p, model in narrowed.chosen]
     if lists.order:

@@ -154,7 +154,7 @@ def _route(
     state: RouteState, accepted: RequestAccepted, attempt: int, tried: list[str], policy: Policy
 ) -> Step:
     request_id = accepted.request.request_id
-    plan = plan_candidates(accepted, policy, attempt)
+    plan = plan_candidates(accepted, policy, attempt, tried)
     if plan.refusal is not None:
         return Step(
             state, responses=[_error_response(request_id, attempt - 1, state, plan.refusal)]
