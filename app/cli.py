@@ -82,6 +82,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "quality": ("bench.quality", "routing quality of every policy in simulated scenarios"),
     "outage": ("bench.outage", "seed 003's 47-minute outage on the live stack (llmock)"),
     "crash": ("bench.crash", "SIGKILL the worker under load; count what was lost"),
+    "throughput": ("bench.throughput", "one worker's throughput and overhead vs LiteLLM"),
 }
 
 

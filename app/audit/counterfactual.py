@@ -43,6 +43,7 @@ from app.events import (
 from app.execution.call import cost_usd
 from app.routing.fold import at, epoch, handle
 from app.routing.policy import Policy
+from app.routing.reliability import ends_request
 from app.routing.state import RouteState
 
 Key = tuple[str, int]
@@ -152,7 +153,9 @@ class _Run:
     def synthetic_outcome(self, dispatch: Dispatch, source: Outcome) -> Outcome:
         decision = dispatch.decision
         provider = self.alt.config.provider_by_id[decision.provider]
-        final = not (source.retriable and decision.attempt < dispatch.max_attempts)
+        final = ends_request(
+            decision.attempt, dispatch.max_attempts, source.status_class, source.http_status
+        )
         done = max(
             epoch(decision.occurred_at) + self.model.delay_s(source),
             dispatch.not_before + source.latency_ms / 1000.0,

@@ -27,17 +27,15 @@ from app.events import (
     ChatRequest,
     Dispatch,
     LogPosition,
-    Outcome,
     RequestAccepted,
     StatusClass,
     derived_id,
     route_of,
 )
-from app.execution.call import cost_usd
+from app.execution.call import CallResult, build_outcome, is_final
 from app.routing.bandit import seeded_rng
 from app.routing.fold import at, epoch, handle
 from app.routing.policy import Policy
-from app.routing.reliability import ACCOUNTING
 from app.routing.state import RouteState
 
 #: 2023-11-14T22:13:20Z, as in the tests.
@@ -137,33 +135,22 @@ class _Simulation:
         ok = rng.random() < profile.success
         status = StatusClass.SUCCESS if ok else profile.failure
         latency_ms = profile.latency_ms * (1.0 + profile.jitter * (2.0 * rng.random() - 1.0))
-        retriable = ACCOUNTING[status].retriable
-        final = not (retriable and decision.attempt < dispatch.max_attempts)
-        provider = self.policy.config.provider_by_id[decision.provider]
         tokens_in, tokens_out = (profile.tokens_in, profile.tokens_out) if ok else (0, 0)
-        done = max(epoch(decision.occurred_at), dispatch.not_before) + latency_ms / 1000.0
-        outcome = Outcome(
-            id=derived_id("outcome", decision.request_id, decision.attempt),
-            occurred_at=at(done),
-            request_id=decision.request_id,
-            attempt=decision.attempt,
-            route=decision.route,
-            deployment=decision.deployment,
-            provider=decision.provider,
-            model=decision.model,
-            decision_id=decision.id,
-            status_class=status,
-            http_status=_HTTP.get(status),
-            latency_ms=latency_ms,
+        # Exactly what the executor would make of such a call.
+        result = CallResult(
+            status,
+            _HTTP.get(status),
+            latency_ms,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
-            cost_usd=cost_usd(provider, tokens_in, tokens_out, 0),
-            reward=1.0 if ok else 0.0,
             finish_reason="stop" if ok else None,
-            retriable=retriable,
-            final=final,
+            completion=COMPLETION if ok else None,
             error=None if ok else status.value,
         )
+        final = is_final(dispatch, result)
+        provider = self.policy.config.provider_by_id[decision.provider]
+        done = max(epoch(decision.occurred_at), dispatch.not_before) + latency_ms / 1000.0
+        outcome = build_outcome(dispatch, result, provider, occurred_at=at(done), final=final)
         self.record("outcomes", outcome.model_dump_json())
         self.schedule(
             done,
@@ -173,7 +160,7 @@ class _Simulation:
                 outcome=outcome,
                 tried=[*dispatch.tried, decision.deployment],
                 retry=None if final else dispatch.accepted,
-                completion=COMPLETION if ok else None,
+                completion=result.completion,
             ),
         )
 

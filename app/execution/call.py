@@ -25,7 +25,7 @@ import httpx
 
 from app.config import ProviderConfig
 from app.events import ChatRequest, Dispatch, Outcome, StatusClass, derived_id
-from app.routing.reliability import classify_http_status, is_retriable
+from app.routing.reliability import classify_http_status, ends_request, is_retriable
 
 #: A 2xx whose first choice ends with one of these is not a usable completion.
 ERROR_FINISH_REASONS: Final = frozenset({"error"})
@@ -345,11 +345,14 @@ def reward(status_class: StatusClass) -> float:
 def is_final(dispatch: Dispatch, result: CallResult) -> bool:
     """True unless the attempt failed in a retriable way, or a local-first answer was not
     confident enough, and attempts remain."""
-    if dispatch.decision.attempt >= dispatch.max_attempts:
-        return True
-    if dispatch.min_confidence is not None and result.status_class is StatusClass.SUCCESS:
-        return result.confidence is not None and result.confidence >= dispatch.min_confidence
-    return not is_retriable(result.status_class, result.http_status)
+    return ends_request(
+        dispatch.decision.attempt,
+        dispatch.max_attempts,
+        result.status_class,
+        result.http_status,
+        confidence=result.confidence,
+        min_confidence=dispatch.min_confidence,
+    )
 
 
 def build_outcome(

@@ -66,3 +66,24 @@ def is_retriable(status_class: StatusClass, http_status: int | None) -> bool:
     if status_class is StatusClass.SERVER_ERROR:
         return http_status in RETRIABLE_SERVER_STATUSES
     return ACCOUNTING[status_class].retriable
+
+
+def ends_request(
+    attempt: int,
+    max_attempts: int,
+    status_class: StatusClass,
+    http_status: int | None,
+    *,
+    confidence: float | None = None,
+    min_confidence: float | None = None,
+) -> bool:
+    """Whether this attempt's result is the request's last: true unless it failed in a
+    retriable way, or a local-first answer was not confident enough, and attempts remain.
+
+    The one rule the executor, the replay tools and the simulator share.
+    """
+    if attempt >= max_attempts:
+        return True
+    if min_confidence is not None and status_class is StatusClass.SUCCESS:
+        return confidence is not None and confidence >= min_confidence
+    return not is_retriable(status_class, http_status)

@@ -39,7 +39,7 @@ from app.events import (
 from app.ingest import accept
 from app.routing.fold import at
 from app.routing.policy import Policy
-from app.routing.reliability import is_retriable
+from app.routing.reliability import ends_request, is_retriable
 from bench.sim import policies
 from bench.sim.routers import Choice, Router
 from bench.sim.scenarios import ROUTE, prompt_for
@@ -218,7 +218,7 @@ class _Run:
         request_id = choice.request_id
         provider, _, model = choice.deployment.partition(":")
         retriable = is_retriable(call.status, call.http_status)
-        final = not (retriable and choice.attempt < self.max_attempts)
+        final = ends_request(choice.attempt, self.max_attempts, call.status, call.http_status)
         success = call.status is StatusClass.SUCCESS
         outcome = Outcome(
             id=derived_id("outcome", request_id, choice.attempt),
