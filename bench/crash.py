@@ -91,7 +91,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
                 break
             await asyncio.sleep(1)
     per_request = Counter(r["request_id"] for r in records[topics.responses])
-    statuses = Counter(r["status"] for r in records[topics.responses])
+    statuses = Counter(
+        r["status"] if r["status"] == "ok" else f"error:{(r.get('error') or {}).get('code')}"
+        for r in records[topics.responses]
+    )
     return {
         "requests": len(ids),
         "kills": args.kills,
