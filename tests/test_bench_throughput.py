@@ -1,0 +1,185 @@
+"""The pure helpers of ``bench/throughput.py``: percentiles, /proc parsing, profiles, stages.
+
+No timed assertions: loads are checked for counts and bounds only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.config import parse_config
+from bench.throughput import (
+    STAGES,
+    Latency,
+    MockServer,
+    Trace,
+    closed_loop,
+    fixed_rate,
+    parse_proc_stat_cpu_s,
+    parse_proc_status_kb,
+    parse_schedstat_wait_s,
+    percentile,
+    process_cpu_s,
+    process_memory_mb,
+    providers_yaml,
+    render,
+    stage_breakdown,
+    summarize_collapsed,
+)
+
+
+def test_percentile_interpolates_between_closest_ranks() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(values, 0.0) == 1.0
+    assert percentile(values, 1.0) == 4.0
+    assert percentile(values, 0.5) == pytest.approx(2.5)
+    assert percentile(list(range(101)), 0.99) == pytest.approx(99.0)
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_percentile_rejects_no_values_and_bad_quantiles() -> None:
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+    with pytest.raises(ValueError):
+        percentile([1.0], 1.5)
+
+
+def test_latency_summary() -> None:
+    summary = Latency.of([float(v) for v in range(1, 101)])
+    assert summary is not None
+    assert (summary.n, summary.p50, summary.max, summary.mean) == (100, 50.5, 100.0, 50.5)
+    assert summary.p99 == pytest.approx(99.01)
+    assert Latency.of([]) is None
+
+
+# A command name with a space and a parenthesis: fields must be counted after the last ")".
+STAT = (
+    "4242 (python (x) worker) S 1 4242 4242 0 -1 4194304 9000 0 12 0 "
+    "350 150 0 0 20 0 3 0 777 123456789 25000 18446744073709551615"
+)
+
+
+def test_proc_stat_cpu_is_utime_plus_stime_in_seconds() -> None:
+    assert parse_proc_stat_cpu_s(STAT, 100) == pytest.approx(5.0)
+
+
+def test_proc_status_fields_in_kb() -> None:
+    status = "Name:\tpython\nVmPeak:\t  300000 kB\nVmHWM:\t  153600 kB\nVmRSS:\t  102400 kB\n"
+    assert parse_proc_status_kb(status, "VmHWM") == 153600
+    assert parse_proc_status_kb(status, "VmRSS") == 102400
+    assert parse_proc_status_kb(status, "VmSwap") is None
+
+
+def test_schedstat_wait_in_seconds() -> None:
+    assert parse_schedstat_wait_s("357392895 168995000 27\n") == pytest.approx(0.168995)
+
+
+def test_reading_this_process() -> None:
+    assert process_cpu_s(os.getpid()) > 0.0
+    peak = process_memory_mb(os.getpid(), "VmHWM")
+    assert peak is not None and peak > 1.0
+    assert process_memory_mb(2**22 + 12345) is None  # no such process
+
+
+COLLAPSED = """\
+<module> (app/cli.py:152);run_forever (asyncio/base_events.py:607);BaseEventLoop._run_once (asyncio/base_events.py:1922);Handle._run (asyncio/events.py:80);route (agents/router.py:45);_fold (agents/router.py:57);handle (app/routing/fold.py:69);ucb1 (app/routing/strategies.py:90) 6
+<module> (app/cli.py:152);run_forever (asyncio/base_events.py:607);BaseEventLoop._run_once (asyncio/base_events.py:1922);Handle._run (asyncio/events.py:80);route (agents/router.py:45);save_route_state (tables/routing.py:30);BaseModel.model_dump (pydantic/main.py:520) 3
+<module> (app/cli.py:152);run_forever (asyncio/base_events.py:607);BaseEventLoop._run_once (asyncio/base_events.py:1922);EpollSelector.select (selectors.py:468) 1
+"""  # noqa: E501
+
+
+def test_profile_summary_by_leaf_task_and_inclusive() -> None:
+    summary = summarize_collapsed(COLLAPSED)
+    assert summary["samples"] == 10
+    assert summary["self_by_category"] == {
+        "routing fold (app/routing)": 0.6,
+        "pydantic (validate, dump)": 0.3,
+        "asyncio loop, socket writes, epoll": 0.1,
+    }
+    assert summary["by_task"] == {"router agent": 0.9, "epoll wait": 0.1}
+    inclusive = summary["inclusive"]
+    assert inclusive["router: fold.handle (the decision, state update)"] == 0.6
+    assert inclusive["router: save the route row (RouteState -> JSON, store)"] == 0.3
+    assert inclusive["pydantic anywhere"] == 0.3
+    assert summarize_collapsed("")["samples"] == 0
+
+
+def test_stage_breakdown_adds_up_to_end_to_end() -> None:
+    trace = Trace(
+        published=100.000,
+        decision_at=100.020,
+        outcome_at=100.065,
+        response_at=100.080,
+        received=100.090,
+        provider_ms=30.0,
+        outcomes=1,
+    )
+    retried = Trace(published=1.0, decision_at=1.1, outcome_at=1.2, response_at=1.3, outcomes=2)
+    stages = stage_breakdown([trace, retried, Trace()])
+    values = [stages[name][0] for name in STAGES]
+    assert values == pytest.approx([20.0, 15.0, 30.0, 15.0, 10.0])
+    assert sum(values) == pytest.approx(90.0)
+    assert all(len(v) == 1 for v in stages.values())
+
+
+async def test_loads_stop_at_their_count() -> None:
+    calls = 0
+
+    async def call() -> None:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0)
+
+    fixed = await fixed_rate(call, rate=2000.0, count=40, max_seconds=10.0, timeout_s=5.0)
+    closed = await closed_loop(call, concurrency=8, count=50, max_seconds=10.0, timeout_s=5.0)
+    assert (fixed.issued, fixed.done, fixed.errors) == (40, 40, 0)
+    assert fixed.offered_rps is not None and fixed.offered_rps > 0
+    assert closed.offered_rps is None
+    assert (closed.issued, closed.done) == (50, 50)
+    assert calls == 90
+
+
+async def test_loads_count_errors_and_stop_at_their_time_cap() -> None:
+    async def failing() -> None:
+        raise RuntimeError("boom")
+
+    run = await closed_loop(failing, concurrency=2, count=6, max_seconds=10.0, timeout_s=1.0)
+    assert (run.done, run.errors) == (0, 6)
+    assert run.first_error == "RuntimeError: boom"
+
+    async def slow() -> None:
+        await asyncio.sleep(0.05)
+
+    capped = await fixed_rate(slow, rate=100.0, count=1_000_000, max_seconds=0.2, timeout_s=1.0)
+    assert 0 < capped.issued < 1_000_000
+
+
+def test_providers_file_is_a_valid_config(tmp_path: Path) -> None:
+    mocks = [MockServer("light", 20, tmp_path), MockServer("llmock", 20, tmp_path)]
+    config = parse_config(yaml.safe_load(providers_yaml(mocks, 3)), env={})
+    assert config.route_names() == ["chat-light", "chat-llmock"]
+    assert len(config.providers) == 6
+    assert all(p.base_url.startswith("http://127.0.0.1:") for p in config.providers)
+
+
+def test_render_without_results_does_not_fail() -> None:
+    report = {
+        "config": {
+            "mocks": ["light"],
+            "latency_ms": 20,
+            "rate": 100.0,
+            "low_rate": 20.0,
+            "concurrency": 64,
+            "deployments": 4,
+            "cpus": 2,
+        },
+        "load_start": "0.5 0.5 0.5",
+    }
+    text = render(report)
+    assert "light (aiohttp)" in text
+    assert "| errors + timeouts | – | – | – | | |" in text
