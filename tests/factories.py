@@ -34,7 +34,7 @@ from app.settings import RoutingParams, Strategy
 
 #: A fixed, recognisable epoch (2023-11-14T22:13:20Z) all test times are offsets of.
 T0 = 1_700_000_000.0
-SECRET = "sk-test-SECRET-0123456789abcdef"
+SECRET = "fake-test-SECRET-0123456789abcdef"
 ROUTE = "chat"
 
 #: Seed 000's defaults, spelled out (never read from the environment).

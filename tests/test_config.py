@@ -19,7 +19,7 @@ from app.config import (
 )
 from app.routing.policy import Policy
 
-OTHER_SECRET = "sk-other-SECRET-fedcba9876543210"
+OTHER_SECRET = "fake-other-SECRET-fedcba9876543210"
 
 
 def provider_data(pid: str = "openai-main", **fields: Any) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from app.execution.call import (
 from app.execution.http import Transport, make_client
 from app.routing.reliability import is_retriable
 
-KEY = "sk-test-9f3c1d7e-SECRET"
+KEY = "fake-test-9f3c1d7e-SECRET"
 MODEL = "gpt-4o-mini"
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 

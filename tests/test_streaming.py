@@ -38,7 +38,7 @@ def provider(server: LLMockServer) -> ProviderConfig:
     return ProviderConfig(
         id="openai-mock",
         base_url=server.base_url("openai"),
-        api_key="sk-stream-test-key-0000000000",
+        api_key="fake-stream-test-key-0000000000",
         stream=True,
         models=[{"name": "gpt-4o-mini"}],  # type: ignore[list-item]
     )
@@ -66,7 +66,7 @@ async def test_a_broken_stream_is_a_retriable_failure(
     result = await stream_provider(client, provider(server), "gpt-4o-mini", REQUEST, 5.0)
     assert result.status_class in {StatusClass.BAD_RESPONSE, StatusClass.CONNECTION_ERROR}
     assert result.completion is None
-    assert result.error and "sk-stream" not in result.error
+    assert result.error and "fake-stream" not in result.error
     server.state.scenarios.clear()
 
 
