@@ -19,13 +19,11 @@ from faust import StreamT
 from app import metrics
 from app.config import ModelSpec, ProviderConfig
 from app.events import (
-    AttemptFinished,
     Dispatch,
     Outcome,
     StatusClass,
-    derived_id,
 )
-from app.execution.call import CallResult, build_outcome, call_provider, is_final
+from app.execution.call import CallResult, build_outcome, call_provider, feedback, is_final
 from app.execution.http import make_client
 from app.execution.stream import stream_provider
 from app.faust_app import (
@@ -75,7 +73,7 @@ async def execute(stream: StreamT[bytes]) -> None:
             dispatch, result, provider, occurred_at=datetime.now(UTC), final=final
         )
         _observe(outcome)
-        await _publish(dispatch, outcome, result, final)
+        await _publish(dispatch, outcome, result)
 
 
 async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:
@@ -100,17 +98,10 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
     )
 
 
-async def _publish(dispatch: Dispatch, outcome: Outcome, result: CallResult, final: bool) -> None:
+async def _publish(dispatch: Dispatch, outcome: Outcome, result: CallResult) -> None:
     """The outcome for analysts, and the feedback the router folds (and answers from)."""
     await outcomes_topic.send(key=outcome.request_id.encode(), value=outcome.model_dump_json())
-    finished = AttemptFinished(
-        id=derived_id("finished", outcome.request_id, outcome.attempt),
-        occurred_at=outcome.occurred_at,
-        outcome=outcome,
-        tried=[*dispatch.tried, outcome.deployment],
-        retry=None if final else dispatch.accepted,
-        completion=result.completion,
-    )
+    finished = feedback(dispatch, outcome, result)
     await routing_topic.send(key=outcome.route.encode(), value=finished.model_dump_json())
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from app.audit.log import Entry, RecordedLog, RoutingEvent, parse
 from app.events import (
-    AttemptFinished,
     ChatMessage,
     ChatRequest,
     Dispatch,
@@ -32,7 +31,7 @@ from app.events import (
     derived_id,
     route_of,
 )
-from app.execution.call import CallResult, build_outcome, is_final
+from app.execution.call import CallResult, build_outcome, feedback, is_final
 from app.routing.bandit import seeded_rng
 from app.routing.fold import at, epoch, handle
 from app.routing.policy import Policy
@@ -152,17 +151,7 @@ class _Simulation:
         done = max(epoch(decision.occurred_at), dispatch.not_before) + latency_ms / 1000.0
         outcome = build_outcome(dispatch, result, provider, occurred_at=at(done), final=final)
         self.record("outcomes", outcome.model_dump_json())
-        self.schedule(
-            done,
-            AttemptFinished(
-                id=derived_id("finished", decision.request_id, decision.attempt),
-                occurred_at=outcome.occurred_at,
-                outcome=outcome,
-                tried=[*dispatch.tried, decision.deployment],
-                retry=None if final else dispatch.accepted,
-                completion=result.completion,
-            ),
-        )
+        self.schedule(done, feedback(dispatch, outcome, result))
 
 
 def synthetic_log(

@@ -24,7 +24,7 @@ from typing import Any, Final
 import httpx
 
 from app.config import ProviderConfig
-from app.events import ChatRequest, Dispatch, Outcome, StatusClass, derived_id
+from app.events import AttemptFinished, ChatRequest, Dispatch, Outcome, StatusClass, derived_id
 from app.routing.reliability import classify_http_status, ends_request, is_retriable
 
 #: A 2xx whose first choice ends with one of these is not a usable completion.
@@ -392,4 +392,16 @@ def build_outcome(
         retry_after_s=result.retry_after_s,
         confidence=result.confidence,
         first_token_ms=result.first_token_ms,
+    )
+
+
+def feedback(dispatch: Dispatch, outcome: Outcome, result: CallResult) -> AttemptFinished:
+    """The routing-log event the router folds (and answers from) after an attempt."""
+    return AttemptFinished(
+        id=derived_id("finished", outcome.request_id, outcome.attempt),
+        occurred_at=outcome.occurred_at,
+        outcome=outcome,
+        tried=[*dispatch.tried, outcome.deployment],
+        retry=None if outcome.final else dispatch.accepted,
+        completion=result.completion,
     )
