@@ -15,18 +15,16 @@ from app.config import ConfigError
 
 
 def _worker(_: argparse.Namespace) -> int:
-    from faust import Worker
-
     import agents
     from app import web
+    from app.faust_app import SwitchyardWorker, settings
     from app.faust_app import app as faust_app
-    from app.faust_app import settings
     from app.runtime import policy_holder
 
     registered = (agents, web)  # importing them registers the agents and the views
     assert registered
     policy_holder().load()  # fail fast, with one clear line, on a bad providers file
-    worker = Worker(faust_app, loglevel=settings.log_level, quiet=True)
+    worker = SwitchyardWorker(faust_app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
     return 0
 
