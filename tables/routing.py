@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import faust
 
-from app.faust_app import app, settings
+from app.faust_app import app, settings, table_store_options
 from app.routing.state import RouteState
 
 route_state = app.Table(
@@ -16,6 +16,7 @@ route_state = app.Table(
     default=None,
     partitions=settings.partitions,
     schema=faust.Schema(key_serializer="json", value_serializer="json"),
+    options=table_store_options(),
 )
 
 
