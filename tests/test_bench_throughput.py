@@ -1,4 +1,4 @@
-"""The pure helpers of ``bench/throughput.py``: percentiles, /proc parsing, profiles, stages.
+"""The pure helpers of ``bench/throughput/``: percentiles, /proc parsing, profiles, stages.
 
 No timed assertions: loads are checked for counts and bounds only.
 """
@@ -13,24 +13,20 @@ import pytest
 import yaml
 
 from app.config import parse_config
-from bench.throughput import (
-    STAGES,
-    Latency,
-    MockServer,
-    Trace,
-    closed_loop,
-    fixed_rate,
+from bench.throughput.driver import STAGES, Trace, stage_breakdown
+from bench.throughput.loads import closed_loop, fixed_rate
+from bench.throughput.mocks import MockServer
+from bench.throughput.procfs import (
     parse_proc_stat_cpu_s,
     parse_proc_status_kb,
     parse_schedstat_wait_s,
-    percentile,
     process_cpu_s,
     process_memory_mb,
-    providers_yaml,
-    render,
-    stage_breakdown,
-    summarize_collapsed,
 )
+from bench.throughput.pyspy import summarize_collapsed
+from bench.throughput.report import render
+from bench.throughput.stats import Latency, percentile
+from bench.throughput.switchyard import providers_yaml
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:

@@ -1,0 +1,132 @@
+"""The mock providers, each in its own process: ``llmock`` and the light aiohttp mock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.throughput.workload import MOCK_MODEL
+
+MOCK_KINDS = {"llmock": "llmock (FastAPI/uvicorn)", "light": "light (aiohttp)"}
+
+
+COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": MOCK_MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello from the light mock."},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    }
+).encode()
+
+
+def serve_light(port: int, latency_ms: float) -> None:
+    """The light mock: every POST to ``/v1/chat/completions`` answers one completion after
+    ``latency_ms``. Runs until killed."""
+    from aiohttp import web
+
+    delay = latency_ms / 1000.0
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return web.Response(body=COMPLETION, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, backlog=2048)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class MockServer:
+    """One mock in its own process on 127.0.0.1."""
+
+    def __init__(self, kind: str, latency_ms: int, log_dir: Path) -> None:
+        if kind not in MOCK_KINDS:
+            raise ValueError(f"unknown mock {kind!r}; expected one of {', '.join(MOCK_KINDS)}")
+        self.kind = kind
+        self.latency_ms = latency_ms
+        self.port = _free_port()
+        self.log_path = log_dir / f"throughput-mock-{kind}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def command(self) -> list[str]:
+        if self.kind == "llmock":
+            return [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "llmock.main:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "bench.throughput",
+            "serve-light",
+            str(self.port),
+            str(self.latency_ms),
+        ]
+
+    def start(self, timeout_s: float = 20.0) -> MockServer:
+        env = {**os.environ, "LLMOCK_LATENCY_MS": str(self.latency_ms)}
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mock {self.kind} exited; see {self.log_path}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"mock {self.kind} did not listen within {timeout_s:g}s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
