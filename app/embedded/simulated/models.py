@@ -1,0 +1,121 @@
+"""Seed 003's four models and what one request to them does: ``draw`` (outcome, latency)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from enum import Enum
+
+#: z-score of the 95th percentile of the standard normal distribution.
+Z95 = 1.6449
+#: z-score of the 99th percentile (only used to report the fit's implied p99).
+Z99 = 2.3263
+#: Seed 003's workload: 250 output tokens per request.
+DEFAULT_COMPLETION_TOKENS = 250
+#: A 429 is returned after this fraction of the drawn latency.
+RATE_LIMIT_LATENCY_FRACTION = 0.05
+#: Share of failures that are 429 (rate limited) rather than 503.
+DEFAULT_RATE_LIMIT_SHARE = 0.2
+#: ``Retry-After`` (seconds, before ``time_scale``) sent with a 429.
+RETRY_AFTER_S = 1.0
+
+
+@dataclass(frozen=True)
+class SimulatedModel:
+    """One simulated provider: seed 003's benchmark row plus its providers.yaml entry."""
+
+    provider_id: str
+    model: str
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    success_rate: float
+    max_rpm: int
+    cost_per_mtok_input: float
+    cost_per_mtok_output: float
+    max_concurrency: int
+    weight_initial: float
+    p95_latency_baseline_ms: float
+    timeout_ms: int
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.p50_ms)
+
+    @property
+    def sigma(self) -> float:
+        return (math.log(self.p95_ms) - math.log(self.p50_ms)) / Z95
+
+    @property
+    def fitted_p99_ms(self) -> float:
+        return math.exp(self.mu + Z99 * self.sigma)
+
+
+#: Seed 003, section 3 (latency, success, RPM) and section 2 (prices, limits).
+SEED_003_MODELS: tuple[SimulatedModel, ...] = (
+    SimulatedModel(
+        "openai-gpt-4.1", "gpt-4.1", 720, 850, 1240, 0.9982, 1800,
+        3.00, 8.00, 200, 0.50, 850, 12_000,
+    ),
+    SimulatedModel(
+        "anthropic-claude-sonnet-4.5", "claude-sonnet-4.5", 980, 1100, 1680, 0.9991, 1200,
+        3.00, 15.00, 150, 0.25, 1100, 15_000,
+    ),
+    SimulatedModel(
+        "gemini-2.5-flash", "gemini-2.5-flash", 310, 380, 540, 0.9965, 3500,
+        0.30, 2.50, 400, 0.15, 380, 8_000,
+    ),
+    SimulatedModel(
+        "deepseek-v3.2", "deepseek-v3.2", 540, 620, 890, 0.9940, 2400,
+        0.27, 0.42, 300, 0.10, 620, 10_000,
+    ),
+)  # fmt: skip
+
+
+class Outcome(Enum):
+    OK = 200
+    SERVER_ERROR = 503
+    RATE_LIMITED = 429
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What one request will do: its outcome and its latency (ms, unscaled)."""
+
+    outcome: Outcome
+    latency_ms: float
+
+
+def sample_latency_ms(rng: random.Random, model: SimulatedModel) -> float:
+    """One log-normal latency draw (ms) fitted to the model's p50/p95."""
+    return rng.lognormvariate(model.mu, model.sigma)
+
+
+def classify(u: float, success_rate: float, rate_limit_share: float) -> Outcome:
+    """Map a uniform draw in [0, 1) to an outcome; P(failure) = 1 - success_rate."""
+    if u < success_rate:
+        return Outcome.OK
+    server_error_band = (1.0 - success_rate) * (1.0 - rate_limit_share)
+    if u < success_rate + server_error_band:
+        return Outcome.SERVER_ERROR
+    return Outcome.RATE_LIMITED
+
+
+def draw(
+    rng: random.Random,
+    model: SimulatedModel,
+    *,
+    success_rate: float | None = None,
+    rate_limit_share: float = DEFAULT_RATE_LIMIT_SHARE,
+) -> Draw:
+    """The next request's (outcome, latency). Always consumes exactly two draws."""
+    u = rng.random()
+    latency = sample_latency_ms(rng, model)
+    rate = model.success_rate if success_rate is None else success_rate
+    return Draw(classify(u, rate, rate_limit_share), latency)
+
+
+def provider_rng(seed: int, provider_id: str) -> random.Random:
+    """A provider's generator; str seeds hash with SHA-512, so this is stable across runs."""
+    return random.Random(f"{seed}:{provider_id}")

@@ -1,0 +1,295 @@
+"""The aiohttp server behind every simulated provider, and the overrides of fault benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from app.embedded.simulated.models import (
+    DEFAULT_COMPLETION_TOKENS,
+    DEFAULT_RATE_LIMIT_SHARE,
+    RATE_LIMIT_LATENCY_FRACTION,
+    RETRY_AFTER_S,
+    SEED_003_MODELS,
+    Outcome,
+    SimulatedModel,
+    draw,
+    provider_rng,
+)
+from app.embedded.simulated.openai_format import (
+    RequestError,
+    completion_body,
+    error_body,
+    estimate_prompt_tokens,
+    parse_max_tokens,
+    parse_messages,
+    read_json_body,
+    server_error_response,
+    unknown_provider_response,
+)
+
+
+@dataclass
+class ProviderOverride:
+    outage: bool = False
+    latency_factor: float = 1.0
+    success_rate: float | None = None
+    #: Every call answers 429 with Retry-After (``retry_after_s`` real seconds when set).
+    rate_limited: bool = False
+    retry_after_s: float | None = None
+    #: Every call answers 200 with a body that is not a completion.
+    malformed: bool = False
+
+
+@dataclass
+class ProviderStats:
+    requests: int = 0
+    ok: int = 0
+    server_errors: int = 0
+    rate_limited: int = 0
+    concurrency_rejected: int = 0
+
+
+@dataclass
+class _Provider:
+    model: SimulatedModel
+    rng: random.Random
+    override: ProviderOverride = field(default_factory=ProviderOverride)
+    stats: ProviderStats = field(default_factory=ProviderStats)
+    in_flight: int = 0
+
+
+class SimulatedProviders:
+    """Seed 003's providers behind one local aiohttp server.
+
+    ``async with SimulatedProviders(seed=7) as sim: sim.base_url("deepseek-v3.2")``
+    """
+
+    def __init__(
+        self,
+        models: Sequence[SimulatedModel] = SEED_003_MODELS,
+        *,
+        seed: int = 0,
+        time_scale: float = 1.0,
+        rate_limit_share: float = DEFAULT_RATE_LIMIT_SHARE,
+        completion_tokens: int = DEFAULT_COMPLETION_TOKENS,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if time_scale < 0:
+            raise ValueError("time_scale must be >= 0")
+        if not 0.0 <= rate_limit_share <= 1.0:
+            raise ValueError("rate_limit_share must be in [0, 1]")
+        self.seed = seed
+        self.time_scale = time_scale
+        self.rate_limit_share = rate_limit_share
+        self.completion_tokens = completion_tokens
+        self.host = host
+        self._providers = {
+            m.provider_id: _Provider(m, provider_rng(seed, m.provider_id)) for m in models
+        }
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, 0))
+        runner = web.AppRunner(self._build_app(), access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        self._runner, self._port = runner, sock.getsockname()[1]
+
+    async def stop(self) -> None:
+        runner, self._runner, self._port = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> SimulatedProviders:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- introspection -------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("SimulatedProviders is not started")
+        return self._port
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def base_url(self, provider_id: str) -> str:
+        """OpenAI-style base URL (ends in ``/v1``) for ``provider_id``."""
+        self._get(provider_id)
+        return f"{self.root_url}/{provider_id}/v1"
+
+    def base_urls(self) -> dict[str, str]:
+        return {pid: self.base_url(pid) for pid in self._providers}
+
+    @property
+    def provider_ids(self) -> list[str]:
+        return list(self._providers)
+
+    @property
+    def models(self) -> list[SimulatedModel]:
+        return [p.model for p in self._providers.values()]
+
+    def stats(self, provider_id: str) -> ProviderStats:
+        return self._get(provider_id).stats
+
+    # -- overrides -----------------------------------------------------------------
+
+    def set_outage(self, provider_id: str, down: bool = True) -> None:
+        self._get(provider_id).override.outage = down
+
+    def set_latency_factor(self, provider_id: str, factor: float) -> None:
+        if factor <= 0:
+            raise ValueError("latency factor must be > 0")
+        self._get(provider_id).override.latency_factor = factor
+
+    def set_success_rate(self, provider_id: str, rate: float | None) -> None:
+        if rate is not None and not 0.0 <= rate <= 1.0:
+            raise ValueError("success rate must be in [0, 1]")
+        self._get(provider_id).override.success_rate = rate
+
+    def set_rate_limited(
+        self, provider_id: str, limited: bool = True, retry_after_s: float | None = None
+    ) -> None:
+        override = self._get(provider_id).override
+        override.rate_limited, override.retry_after_s = limited, retry_after_s
+
+    def set_malformed(self, provider_id: str, malformed: bool = True) -> None:
+        self._get(provider_id).override.malformed = malformed
+
+    def clear_overrides(self, provider_id: str | None = None) -> None:
+        targets = [provider_id] if provider_id is not None else list(self._providers)
+        for pid in targets:
+            self._get(pid).override = ProviderOverride()
+
+    def reset(self, seed: int | None = None) -> None:
+        """Rewind every provider's generator (optionally to a new seed) and zero stats."""
+        if seed is not None:
+            self.seed = seed
+        for pid, provider in self._providers.items():
+            provider.rng = provider_rng(self.seed, pid)
+            provider.stats = ProviderStats()
+
+    # -- request handling ----------------------------------------------------------
+
+    def _get(self, provider_id: str) -> _Provider:
+        try:
+            return self._providers[provider_id]
+        except KeyError:
+            raise KeyError(f"unknown simulated provider {provider_id!r}") from None
+
+    def _build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/{provider}/v1/chat/completions", self._chat)
+        app.router.add_get("/{provider}/v1/models", self._models)
+        app.router.add_get("/healthz", self._health)
+        return app
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "providers": self.provider_ids})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        provider = self._providers.get(request.match_info["provider"])
+        if provider is None:
+            return unknown_provider_response(request.match_info["provider"])
+        model = provider.model.model
+        data = [{"id": model, "object": "model", "created": 0, "owned_by": "switchyard-sim"}]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        provider = self._providers.get(request.match_info["provider"])
+        if provider is None:
+            return unknown_provider_response(request.match_info["provider"])
+        try:
+            body = await read_json_body(request)
+            messages, max_tokens = parse_messages(body), parse_max_tokens(body)
+            if body.get("stream"):
+                raise RequestError("stream=true is not supported by the simulator")
+        except RequestError as exc:
+            return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+        if provider.in_flight >= provider.model.max_concurrency:
+            provider.stats.concurrency_rejected += 1
+            return self._rate_limited("concurrency limit reached")
+        provider.in_flight += 1
+        try:
+            return await self._serve(provider, messages, max_tokens)
+        finally:
+            provider.in_flight -= 1
+
+    async def _serve(
+        self, provider: _Provider, messages: list[Any], max_tokens: int
+    ) -> web.Response:
+        override = provider.override
+        result = draw(
+            provider.rng,
+            provider.model,
+            success_rate=override.success_rate,
+            rate_limit_share=self.rate_limit_share,
+        )
+        provider.stats.requests += 1
+        if override.outage:
+            provider.stats.server_errors += 1
+            return server_error_response("simulated outage")
+        latency_ms = result.latency_ms * override.latency_factor
+        if override.malformed:
+            await self._sleep(latency_ms)
+            return web.Response(status=200, text='{"choices": [', content_type="application/json")
+        if override.rate_limited or result.outcome is Outcome.RATE_LIMITED:
+            provider.stats.rate_limited += 1
+            await self._sleep(latency_ms * RATE_LIMIT_LATENCY_FRACTION)
+            return self._rate_limited("simulated rate limit", override.retry_after_s)
+        await self._sleep(latency_ms)
+        if result.outcome is Outcome.SERVER_ERROR:
+            provider.stats.server_errors += 1
+            return server_error_response("simulated upstream failure")
+        provider.stats.ok += 1
+        return self._success(provider.model.model, messages, max_tokens, latency_ms)
+
+    def _success(
+        self, model: str, messages: list[Any], max_tokens: int, latency_ms: float
+    ) -> web.Response:
+        completion = min(self.completion_tokens, max_tokens)
+        finish = "length" if max_tokens < self.completion_tokens else "stop"
+        body = completion_body(model, estimate_prompt_tokens(messages), completion, finish)
+        headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
+        return web.json_response(body, headers=headers)
+
+    def _rate_limited(self, message: str, retry_after_s: float | None = None) -> web.Response:
+        retry_s = RETRY_AFTER_S * self.time_scale if retry_after_s is None else retry_after_s
+        headers = {
+            "Retry-After": str(max(0, math.ceil(retry_s))),
+            "retry-after-ms": str(round(retry_s * 1000)),
+        }
+        body = error_body(message, "rate_limit_error", "rate_limit_exceeded")
+        return web.json_response(body, status=429, headers=headers)
+
+    async def _sleep(self, latency_ms: float) -> None:
+        delay = latency_ms * self.time_scale / 1000.0
+        if delay > 0:
+            await asyncio.sleep(delay)
