@@ -104,3 +104,27 @@ async def read_topics(
     finally:
         await follower.stop()
     return records
+
+
+async def read_raw(
+    bootstrap: str, topics: Iterable[str], *, idle_s: float = 2.0, timeout_s: float = 120.0
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of ``topics`` as stored (offsets, timestamps, raw bytes), from the start.
+
+    Reads until nothing new arrived for ``idle_s`` (end offsets are not trusted:
+    Tansu misreports them) or ``timeout_s`` passed.
+    """
+    follower = await TopicFollower(bootstrap, topics).start()
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    quiet_since = loop.time()
+    try:
+        while loop.time() < deadline and loop.time() - quiet_since < idle_s:
+            batch = await follower.poll(timeout_ms=200)
+            if batch:
+                records.extend(batch)
+                quiet_since = loop.time()
+    finally:
+        await follower.stop()
+    return records

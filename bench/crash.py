@@ -6,6 +6,10 @@ worker with SIGKILL ``--kills`` times at even intervals and restarts it at
 once (same local state directory). Then checks, from the topics alone:
 every request answered, how many responses were duplicates, and whether the
 bandit's total pulls equal the number of distinct attempt outcomes.
+
+Every unanswered request gets its trail printed: each record that names it on
+every topic (partition, offset, log time relative to the start of the run),
+the route-state changelog rows around it, and the kill times.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument(
+        "--trail-limit", type=int, default=5, help="print the trail of at most this many lost ids"
+    )
 
 
 async def _publish(stack: EmbeddedStack, ids: list[str], rate: float) -> None:
@@ -46,12 +54,15 @@ async def _publish(stack: EmbeddedStack, ids: list[str], rate: float) -> None:
         await publisher.stop()
 
 
-async def _kill_periodically(stack: EmbeddedStack, kills: int, span_s: float) -> None:
+async def _kill_periodically(
+    stack: EmbeddedStack, kills: int, span_s: float, started: float, kill_times: list[float]
+) -> None:
     for _ in range(kills):
         await asyncio.sleep(span_s / (kills + 1))
         worker = stack.workers[0]
         worker.kill()
-        print(f"  SIGKILL worker at +{time.monotonic():.0f}", flush=True)
+        kill_times.append(time.time())
+        print(f"  SIGKILL worker at +{kill_times[-1] - started:.3f}s", flush=True)
         worker.start()
 
 
@@ -68,10 +79,13 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
     from app.embedded.stack import EmbeddedStack
 
     ids = [f"crash-{i:06d}" for i in range(args.requests)]
+    kill_times: list[float] = []
     async with EmbeddedStack(time_scale=0.05, seed=11) as stack:
         span = args.requests / args.rate
+        started = time.time()
         await asyncio.gather(
-            _publish(stack, ids, args.rate), _kill_periodically(stack, args.kills, span)
+            _publish(stack, ids, args.rate),
+            _kill_periodically(stack, args.kills, span, started, kill_times),
         )
         wanted = set(ids)
         topics = stack.topics
@@ -90,6 +104,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
             if pulls >= len(outcome_ids):
                 break
             await asyncio.sleep(1)
+        answered_ids = {r["request_id"] for r in records[topics.responses]}
+        lost_ids = sorted(wanted - answered_ids)
+        if lost_ids and args.trail_limit > 0:
+            await print_trails(stack, lost_ids[: args.trail_limit], started, kill_times)
     per_request = Counter(r["request_id"] for r in records[topics.responses])
     statuses = Counter(
         r["status"] if r["status"] == "ok" else f"error:{(r.get('error') or {}).get('code')}"
@@ -104,7 +122,137 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         "statuses": dict(statuses),
         "distinct_attempt_outcomes": len(outcome_ids),
         "bandit_pulls": pulls,
+        "kills_at_s": [round(t - started, 3) for t in kill_times],
+        "lost_ids": lost_ids[:100],
     }
+
+
+def changelog_topic(stack: EmbeddedStack) -> str:
+    """Faust names a table's changelog ``<app id>-<table>-changelog``."""
+    app_id = stack.worker_env(0)["SWITCHYARD_APP_ID"]
+    return f"{app_id}-route-state-changelog"
+
+
+def _describe(topic: str, value: dict[str, Any], request_id: str) -> str:
+    kind = value.get("type", "?")
+    if kind == "attempt.finished":
+        outcome = value.get("outcome") or {}
+        return f"{kind} attempt={outcome.get('attempt')} {outcome.get('status_class')}"
+    if kind in ("routing.decision", "attempt.outcome"):
+        return f"{kind} attempt={value.get('attempt')} {value.get('deployment')}"
+    if kind == "attempt.dispatch":
+        return f"{kind} attempt={(value.get('decision') or {}).get('attempt')}"
+    if kind == "?" and topic.endswith("requests"):
+        return "request"
+    if kind == "chat.response":
+        return f"{kind} {value.get('status')} attempts={value.get('attempts')}"
+    if kind == "request.accepted":
+        return f"{kind} source={value.get('source')}"
+    return str(kind)
+
+
+async def print_trails(
+    stack: EmbeddedStack, lost: list[str], started: float, kill_times: list[float]
+) -> None:
+    """Print where each lost request shows up, on every topic and in the changelog."""
+    from app.client import read_raw
+
+    t = stack.topics
+    names = [t.requests, t.routing, t.decisions, t.dispatch, t.outcomes, t.responses]
+    names += [t.deadletter, changelog_topic(stack)]
+    records = await read_raw(stack.broker.bootstrap, names, timeout_s=300)
+    changelog: dict[int, list[tuple[int, float, dict[str, Any]]]] = {}
+    for record in records:
+        if record.topic == names[-1] and record.value:
+            row = json.loads(record.value)
+            changelog.setdefault(record.partition, []).append(
+                (record.offset, record.timestamp / 1000.0, row)
+            )
+    for rows in changelog.values():
+        rows.sort(key=lambda item: item[0])
+    print(f"  kills at: {', '.join(f'+{k - started:.3f}s' for k in kill_times)}")
+    _print_changelog_gaps(records, names, changelog, started)
+    for request_id in lost:
+        print(f"  trail of lost {request_id}:")
+        needle = f'"{request_id}"'.encode()
+        routing_at: list[tuple[int, int]] = []
+        for record in sorted(records, key=lambda r: (r.timestamp, r.topic, r.offset)):
+            if record.topic == names[-1] or needle not in (record.value or b""):
+                continue
+            value = json.loads(record.value or b"{}")
+            when = record.timestamp / 1000.0 - started
+            print(
+                f"    +{when:9.3f}s {record.topic}[{record.partition}]@{record.offset}: "
+                f"{_describe(record.topic, value, request_id)}"
+            )
+            if record.topic == t.routing:
+                routing_at.append((record.partition, record.offset))
+        for partition, offset in routing_at:
+            rows = changelog.get(partition, [])
+            before = [r for r in rows if r[2].get("position", -1) < offset]
+            after = [r for r in rows if r[2].get("position", -1) >= offset]
+            for label, row in (("last row before", before[-1:]), ("first row from", after[:1])):
+                for cl_offset, when, state in row:
+                    open_keys = [
+                        k
+                        for k in state.get("open_attempts", {})
+                        if k.rpartition("#")[0] == request_id
+                    ]
+                    print(
+                        f"    changelog[{partition}]@{cl_offset} (+{when - started:.3f}s) "
+                        f"{label} routing@{offset}: position={state.get('position')} "
+                        f"open={open_keys}"
+                    )
+
+
+def _print_changelog_gaps(
+    records: list[Any],
+    names: list[str],
+    changelog: dict[int, list[tuple[int, float, dict[str, Any]]]],
+    started: float,
+) -> None:
+    """Routing-log events that were folded but whose row never reached the changelog.
+
+    The router writes one row per event, so consecutive changelog rows of a
+    partition have consecutive positions. A jump means the rows in between were
+    written to the local store only; for the events in the jump, say whether their
+    sends (decisions for accepted requests, responses for finished attempts) exist.
+    """
+    routing_topic, decisions_topic, responses_topic = names[1], names[2], names[5]
+    routing: dict[tuple[int, int], dict[str, Any]] = {}
+    decided: set[str] = set()
+    answered: set[str] = set()
+    for record in records:
+        if record.topic == routing_topic:
+            routing[(record.partition, record.offset)] = json.loads(record.value or b"{}")
+        elif record.topic == decisions_topic:
+            decided.add(json.loads(record.value or b"{}").get("request_id", ""))
+        elif record.topic == responses_topic:
+            answered.add(json.loads(record.value or b"{}").get("request_id", ""))
+    for partition, rows in sorted(changelog.items()):
+        for (_, t_prev, prev), (cl_offset, t_next, nxt) in pairwise(rows):
+            first, last = prev.get("position", -1) + 1, nxt.get("position", -1) - 1
+            if last < first:
+                continue
+            kinds: Counter[str] = Counter()
+            for position in range(first, last + 1):
+                event = routing.get((partition, position), {})
+                kind = event.get("type", "missing")
+                if kind == "request.accepted":
+                    request_id = event["request"]["request_id"]
+                    kind += " decided" if request_id in decided else " NOT decided"
+                elif kind == "attempt.finished":
+                    kind += (
+                        " answered"
+                        if event["outcome"]["request_id"] in answered
+                        else (" NOT answered")
+                    )
+                kinds[kind] += 1
+            print(
+                f"  changelog[{partition}] no row for routing positions {first}..{last} "
+                f"(last row +{t_prev - started:.3f}s, next row @{cl_offset} "
+                f"+{t_next - started:.3f}s): {dict(kinds)}"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
