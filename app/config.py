@@ -54,6 +54,8 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1)
     specialized: str | None = None
+    #: Expected acceptance of this model's answers (0-1), overriding the provider's.
+    quality_prior: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class ProviderConfig(BaseModel):
@@ -73,6 +75,9 @@ class ProviderConfig(BaseModel):
     timeout_ms: int = Field(default=30_000, ge=1)
     #: Call with ``stream: true`` to measure time to first token (a cut stream is a failure).
     stream: bool = False
+    #: Expected acceptance of an answer (0-1), e.g. from an offline evaluation: the
+    #: ``adaptive`` strategy's starting point until outcomes say otherwise.
+    quality_prior: float | None = Field(default=None, ge=0.0, le=1.0)
     models: list[ModelSpec] = Field(min_length=1)
 
     @property
@@ -81,6 +86,13 @@ class ProviderConfig(BaseModel):
             if spec.specialized is None:
                 return spec.name
         return self.models[0].name
+
+    def quality_prior_of(self, model: str) -> float | None:
+        """The model's own quality prior, else the provider's (None: not configured)."""
+        for spec in self.models:
+            if spec.name == model and spec.quality_prior is not None:
+                return spec.quality_prior
+        return self.quality_prior
 
     @property
     def bonus_cost_per_mtok(self) -> float:

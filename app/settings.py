@@ -22,6 +22,9 @@ class Strategy(StrEnum):
     THOMPSON = "thompson"
     #: Seed 003 §4: cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure), lowest wins.
     COMPOSITE = "composite"
+    #: Expected utility per attempt from config priors and time-discounted outcomes
+    #: (app/routing/adaptive.py); the strategy ``switchyard bench quality`` recommends.
+    ADAPTIVE = "adaptive"
 
 
 class BreakerMode(StrEnum):
@@ -80,6 +83,51 @@ class RoutingParams(BaseSettings):
     #: A request not answered this long after it was accepted gets a deadline error.
     request_deadline_s: float = Field(
         default=120.0, gt=0.0, validation_alias="SWITCHYARD_REQUEST_DEADLINE_S"
+    )
+    # -- the ``adaptive`` strategy (app/routing/adaptive.py). An attempt is worth
+    # p x (q - cost_usd / ADAPTIVE_ANSWER_VALUE_USD) - ADAPTIVE_WAIT_COST_PER_S x latency_s
+    # answers: p its success rate, q the acceptance of its answer.
+    #: What one accepted answer is worth, in dollars (spending this much cancels it).
+    adaptive_answer_value_usd: float = Field(
+        default=0.05, gt=0.0, validation_alias="ADAPTIVE_ANSWER_VALUE_USD"
+    )
+    #: Share of an answer's value lost per second of latency (0.1: ten seconds cost one).
+    adaptive_wait_cost_per_s: float = Field(
+        default=0.1, ge=0.0, validation_alias="ADAPTIVE_WAIT_COST_PER_S"
+    )
+    #: Half-life of the slow memory (success rate, acceptance): low noise, slow to follow.
+    adaptive_half_life_s: float = Field(
+        default=3600.0, gt=0.0, validation_alias="ADAPTIVE_HALF_LIFE_S"
+    )
+    #: Half-life of the fast memory: latency, and the change test against the slow one.
+    adaptive_fast_half_life_s: float = Field(
+        default=120.0, gt=0.0, validation_alias="ADAPTIVE_FAST_HALF_LIFE_S"
+    )
+    #: A rate (acceptance, success) keeps its prior until the outcomes contradict it by
+    #: more than this many standard errors, and the slow memory restarts from the fast one
+    #: when they differ by as much (each test needs ADAPTIVE_CHANGE_MIN_OUTCOMES outcomes).
+    adaptive_change_sigmas: float = Field(
+        default=4.0, gt=0.0, validation_alias="ADAPTIVE_CHANGE_SIGMAS"
+    )
+    adaptive_change_min_outcomes: float = Field(
+        default=20.0, ge=1.0, validation_alias="ADAPTIVE_CHANGE_MIN_OUTCOMES"
+    )
+    #: Pseudo-answers behind the latency prior (the configured p95 baseline).
+    adaptive_latency_prior_weight: float = Field(
+        default=5.0, ge=0.0, validation_alias="ADAPTIVE_LATENCY_PRIOR_WEIGHT"
+    )
+    #: Start from the config's ``quality_prior``; off: every deployment starts at the default.
+    adaptive_quality_priors: bool = Field(default=True, validation_alias="ADAPTIVE_QUALITY_PRIORS")
+    adaptive_default_quality: float = Field(
+        default=0.8, ge=0.0, le=1.0, validation_alias="ADAPTIVE_DEFAULT_QUALITY"
+    )
+    #: Success rate assumed before any outcome.
+    adaptive_prior_success: float = Field(
+        default=0.99, ge=0.0, le=1.0, validation_alias="ADAPTIVE_PRIOR_SUCCESS"
+    )
+    #: Bonus for thin recent evidence: ``ADAPTIVE_EXPLORATION / sqrt(1 + recent answers)``.
+    adaptive_exploration: float = Field(
+        default=0.005, ge=0.0, validation_alias="ADAPTIVE_EXPLORATION"
     )
 
 

@@ -73,6 +73,14 @@ def test_thompson_replays_exactly() -> None:
     assert {e.event.strategy for e in log.decisions if e.event} == {"thompson"}
 
 
+def test_adaptive_replays_exactly() -> None:
+    pol = three(strategy="adaptive")
+    log = synthetic_log(pol, PROFILES, 300, seed=7)
+    report = replay(log, pol)
+    assert report.ok and report.reproduced == report.recorded > 300
+    assert {e.event.strategy for e in log.decisions if e.event} == {"adaptive"}
+
+
 def test_an_altered_outcome_breaks_later_decisions(recorded: RecordedLog) -> None:
     index = next(
         i

@@ -22,7 +22,6 @@ from app.routing.feedback import apply_outcome
 from app.routing.fold import at, backoff_s, handle
 from app.routing.select import select
 from app.routing.state import ArmState, BreakerPhase
-from app.routing.strategies import request_cost_usd
 from app.settings import BreakerMode, Strategy
 
 CHEAP = provider(
@@ -38,8 +37,8 @@ DEAR = provider(
 
 def test_composite_prices_seed_003_workload() -> None:
     (cheap, dear) = policy(CHEAP, DEAR).arms("chat")
-    assert request_cost_usd(cheap) == pytest.approx((800 * 0.27 + 250 * 0.42) / 1e6)
-    assert request_cost_usd(dear) == pytest.approx((800 * 3.0 + 250 * 15.0) / 1e6)
+    assert cheap.workload_cost_usd == pytest.approx((800 * 0.27 + 250 * 0.42) / 1e6)
+    assert dear.workload_cost_usd == pytest.approx((800 * 3.0 + 250 * 15.0) / 1e6)
 
 
 def test_composite_score_is_cost_times_latency_squared_times_failure_penalty() -> None:

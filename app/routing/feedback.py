@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from app.events import Outcome, StatusClass
-from app.routing import bandit, breaker
+from app.routing import adaptive, bandit, breaker
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
-from app.routing.state import ArmState, BreakerPhase
+from app.routing.state import ArmState, Breaker, BreakerPhase, Recent
 from app.understanding.modes import ema_throughput, throughput_sample
 
 
@@ -34,7 +34,35 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         update["rate_limited"] = arm.rate_limited + 1
         if outcome.retry_after_s:
             update["retry_after_until"] = max(arm.retry_after_until, now + outcome.retry_after_s)
+    update["recent"] = _recent(arm, outcome, accounting.availability, update, now, policy)
     return arm.model_copy(update=update)
+
+
+def _recent(
+    arm: ArmState,
+    outcome: Outcome,
+    availability: Availability,
+    update: dict[str, object],
+    now: float,
+    policy: Policy,
+) -> Recent:
+    """The ``adaptive`` strategy's discounted sums (kept whatever the strategy, so a
+    switch to it starts informed)."""
+    recent = adaptive.observe(
+        arm.recent,
+        now,
+        policy.params,
+        counted=availability is not Availability.NEUTRAL,
+        failed=availability is Availability.DOWN,
+        answered=outcome.status_class is StatusClass.SUCCESS,
+        reward=outcome.reward,
+        latency_s=outcome.latency_ms / 1000.0,
+    )
+    moved = update.get("breaker", arm.breaker)
+    closed_again = isinstance(moved, Breaker) and moved.state is BreakerPhase.CLOSED
+    if arm.breaker.state is BreakerPhase.HALF_OPEN and closed_again:
+        recent = adaptive.forget_failures(recent)
+    return recent
 
 
 def _health_update(

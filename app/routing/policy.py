@@ -11,6 +11,10 @@ from app.config import ProviderConfig, RoutingConfig, deployment_id
 from app.routing.breaker import BreakerParams
 from app.settings import BreakerMode, RoutingParams
 
+#: Seed 003 §3/§6 workload used to price one request: 800 input + 250 output tokens.
+WORKLOAD_INPUT_TOKENS = 800
+WORKLOAD_OUTPUT_TOKENS = 250
+
 
 @dataclass(frozen=True, slots=True)
 class Arm:
@@ -19,6 +23,14 @@ class Arm:
     deployment: str
     provider: ProviderConfig
     model: str
+
+    @property
+    def workload_cost_usd(self) -> float:
+        """Seed 003's workload priced at the provider's rates."""
+        return (
+            WORKLOAD_INPUT_TOKENS * self.provider.cost_per_mtok_input
+            + WORKLOAD_OUTPUT_TOKENS * self.provider.cost_per_mtok_output
+        ) / 1_000_000
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ def select(
             excluded.append(Exclusion(deployment=arm.deployment, reason=reason))
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
-    ranking = strategies.rank(eligible, total_started, request_id, attempt, policy, mode)
+    ranking = strategies.rank(
+        eligible, total_started, request_id, attempt, policy, mode, state.clock
+    )
     probe = _due_probe(eligible) if ranking.rule != "untried_first" else None
     if probe is not None:
         # A half-open breaker gets one live probe at a time, whatever the scores say:

@@ -38,6 +38,29 @@ class Breaker(Model):
     success_count: int = 0
 
 
+class Sums(Model):
+    """Discounted outcome sums of one memory (``adaptive``)."""
+
+    #: Availability-relevant outcomes (seed 004: up or down) and the failures among them.
+    calls: float = 0.0
+    failures: float = 0.0
+    #: Successful answers, and the sums of their rewards (acceptance) and latencies.
+    answers: float = 0.0
+    reward: float = 0.0
+    latency_s: float = 0.0
+
+
+class Recent(Model):
+    """Two memories of the same outcomes (``adaptive``): each outcome weighs
+    2^(-age / half-life), ``slow`` on ADAPTIVE_HALF_LIFE_S, ``fast`` on
+    ADAPTIVE_FAST_HALF_LIFE_S. ``at``: route-clock time both were last brought up to date.
+    """
+
+    at: float = 0.0
+    slow: Sums = Field(default_factory=Sums)
+    fast: Sums = Field(default_factory=Sums)
+
+
 class ArmState(Model):
     """Seed 000's bandit hash plus latency EMA, breaker and the in-flight count."""
 
@@ -59,6 +82,7 @@ class ArmState(Model):
     #: Seed 004 ``throughput`` mode: EMA of output tokens per second on successes.
     tokens_per_s: float = 50.0
     throughput_samples: int = 0
+    recent: Recent = Field(default_factory=Recent)
 
     @property
     def mean_reward(self) -> float:

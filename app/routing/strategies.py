@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.events import Candidate
-from app.routing import bandit
+from app.routing import adaptive, bandit
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState
 from app.settings import Strategy
@@ -28,12 +28,10 @@ ALGORITHM_VERSION = {
     Strategy.UCB1: "seed000-ucb1/1",
     Strategy.THOMPSON: "seed000-thompson/1",
     Strategy.COMPOSITE: "seed003-composite/1",
+    Strategy.ADAPTIVE: "switchyard-adaptive/1",
 }
 #: Monte Carlo draws behind a Thompson decision's propensity (std. error <= 0.035).
 PROPENSITY_DRAWS = 200
-#: Seed 003 §3/§6 workload used to price one request in the composite score.
-COMPOSITE_INPUT_TOKENS = 800
-COMPOSITE_OUTPUT_TOKENS = 250
 
 Eligible = Sequence[tuple[Arm, ArmState]]
 
@@ -53,12 +51,15 @@ def rank(
     attempt: int,
     policy: Policy,
     mode: RoutingMode = DEFAULT_MODE,
+    now: float = 0.0,
 ) -> Ranking:
     strategy = policy.params.strategy
     if strategy is Strategy.THOMPSON:
         return thompson(eligible, request_id, attempt)
     if strategy is Strategy.COMPOSITE:
         return composite(eligible)
+    if strategy is Strategy.ADAPTIVE:
+        return adaptive_ranking(eligible, now, policy)
     return ucb1(eligible, total_started, policy, mode)
 
 
@@ -131,15 +132,6 @@ def thompson(eligible: Eligible, request_id: str, attempt: int) -> Ranking:
     return Ranking(chosen, candidates, propensity)
 
 
-def request_cost_usd(arm: Arm) -> float:
-    """Seed 003's workload priced at the provider's rates: 800 input + 250 output tokens."""
-    provider = arm.provider
-    return (
-        COMPOSITE_INPUT_TOKENS * provider.cost_per_mtok_input
-        + COMPOSITE_OUTPUT_TOKENS * provider.cost_per_mtok_output
-    ) / 1_000_000
-
-
 def composite(eligible: Eligible) -> Ranking:
     """Seed 003 §4: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure)``.
 
@@ -150,7 +142,7 @@ def composite(eligible: Eligible) -> Ranking:
     negated: list[float] = []
     for arm, state in eligible:
         factors = {
-            "cost_usd": request_cost_usd(arm),
+            "cost_usd": arm.workload_cost_usd,
             "latency_penalty": (state.ewma_latency_ms / arm.provider.p95_latency_baseline_ms) ** 2,
             "failure_penalty": 1.0 + 10.0 * state.ewma_failure,
         }
@@ -158,3 +150,16 @@ def composite(eligible: Eligible) -> Ranking:
         candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
         negated.append(-score)
     return Ranking(bandit.argmax_first(negated), candidates)
+
+
+def adaptive_ranking(eligible: Eligible, now: float, policy: Policy) -> Ranking:
+    """:mod:`app.routing.adaptive`: the highest expected value per attempt wins."""
+    candidates: list[Candidate] = []
+    values: list[float] = []
+    for arm, state in eligible:
+        estimate = adaptive.estimate(arm, state.recent, now, policy)
+        candidates.append(
+            Candidate(deployment=arm.deployment, score=estimate.value, factors=estimate.factors())
+        )
+        values.append(estimate.value)
+    return Ranking(bandit.argmax_first(values), candidates)

@@ -1,0 +1,207 @@
+"""The ``adaptive`` strategy: expected utility of an attempt, from priors and recent outcomes.
+
+An attempt on a deployment is worth, in units of one accepted answer::
+
+    value = p x (q - cost_usd / ADAPTIVE_ANSWER_VALUE_USD) - ADAPTIVE_WAIT_COST_PER_S x latency_s
+
+``p`` is the deployment's success rate (seed 004's availability accounting: 429
+and client errors are neutral), ``q`` the share of its answers accepted (the
+outcome's reward), ``latency_s`` the latency of its answers and ``cost_usd``
+seed 003's workload (800 input + 250 output tokens) at its configured prices.
+The highest value wins; ties go to config order.
+
+Estimates start from the config and move only on evidence:
+
+* ``q`` is the deployment's ``quality_prior`` (model, else provider; else
+  ``ADAPTIVE_DEFAULT_QUALITY``) and ``p`` is ``ADAPTIVE_PRIOR_SUCCESS``, *until the
+  outcomes contradict them* by more than ``ADAPTIVE_CHANGE_SIGMAS`` standard
+  errors; then the outcomes' mean. A greedy choice on noisy means abandons the
+  best deployment after a few unlucky answers and never comes back; a prior
+  that holds within the noise does not.
+* Outcomes are kept in two discounted memories on the route clock (each weighs
+  ``2^(-age / half-life)``): ``slow`` (``ADAPTIVE_HALF_LIFE_S``, for ``p`` and ``q``)
+  and ``fast`` (``ADAPTIVE_FAST_HALF_LIFE_S``). When the fast memory's rate differs
+  from the slow one's beyond the same test, the slow one restarts from the fast
+  one: a silent regression is followed within about a minute of traffic, not an hour.
+* ``latency_s`` is the fast memory's mean latency of answers, with the configured
+  ``p95_latency_baseline_ms`` as a prior worth ``ADAPTIVE_LATENCY_PRIOR_WEIGHT``
+  answers (latency is precise: a few answers are enough, and drift is followed fast).
+* Outages are the breaker's business: when a breaker closes again after its
+  half-open probes, the failures that opened it are forgotten, so a recovered
+  deployment competes on its merits at once.
+* ``ADAPTIVE_EXPLORATION / sqrt(1 + recent answers)`` is added to the value: a
+  deployment whose evidence has faded gets a little benefit of the doubt.
+
+Everything is a pure function of the arm state, the route clock and the policy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.routing.policy import Arm, Policy
+from app.routing.state import Recent, Sums
+from app.settings import RoutingParams
+
+
+def _scaled(sums: Sums, factor: float) -> Sums:
+    return Sums(
+        calls=sums.calls * factor,
+        failures=sums.failures * factor,
+        answers=sums.answers * factor,
+        reward=sums.reward * factor,
+        latency_s=sums.latency_s * factor,
+    )
+
+
+def decayed(recent: Recent, now: float, params: RoutingParams) -> Recent:
+    """Both memories as they weigh at ``now`` (a clock that goes back changes nothing)."""
+    if now <= recent.at:
+        return recent
+    age = now - recent.at
+    return Recent(
+        at=now,
+        slow=_scaled(recent.slow, 0.5 ** (age / params.adaptive_half_life_s)),
+        fast=_scaled(recent.fast, 0.5 ** (age / params.adaptive_fast_half_life_s)),
+    )
+
+
+def _added(
+    sums: Sums, counted: bool, failed: bool, answered: bool, reward: float, latency_s: float
+) -> Sums:
+    return Sums(
+        calls=sums.calls + float(counted),
+        failures=sums.failures + float(counted and failed),
+        answers=sums.answers + float(answered),
+        reward=sums.reward + (reward if answered else 0.0),
+        latency_s=sums.latency_s + (latency_s if answered else 0.0),
+    )
+
+
+def observe(
+    recent: Recent,
+    now: float,
+    params: RoutingParams,
+    *,
+    counted: bool,
+    failed: bool,
+    answered: bool,
+    reward: float,
+    latency_s: float,
+) -> Recent:
+    """Add one outcome at ``now`` (``counted`` for availability, ``answered`` for a
+    success) to both memories, then restart the slow one where the fast one shows a change."""
+    base = decayed(recent, now, params)
+    if not counted and not answered:
+        return base
+    slow = _added(base.slow, counted, failed, answered, reward, latency_s)
+    fast = _added(base.fast, counted, failed, answered, reward, latency_s)
+    return Recent(at=max(base.at, now), slow=_restarted(slow, fast, params), fast=fast)
+
+
+def _contradicts(reference: float, total: float, count: float, params: RoutingParams) -> bool:
+    """Do ``count`` outcomes summing to ``total`` rule out the rate ``reference``?"""
+    if count < params.adaptive_change_min_outcomes:
+        return False
+    rate = min(0.99, max(0.01, reference))
+    error = math.sqrt(rate * (1.0 - rate) / count)
+    return abs(total / count - reference) > params.adaptive_change_sigmas * error
+
+
+def _changed(
+    slow_total: float,
+    slow_count: float,
+    fast_total: float,
+    fast_count: float,
+    params: RoutingParams,
+) -> bool:
+    """Does the fast memory's rate differ from the slow one's beyond the noise?"""
+    if slow_count <= fast_count:
+        return False
+    return _contradicts(slow_total / slow_count, fast_total, fast_count, params)
+
+
+def _restarted(slow: Sums, fast: Sums, params: RoutingParams) -> Sums:
+    """Change detection: a rate that moved (acceptance, failures) forgets its older history."""
+    update: dict[str, float] = {}
+    if _changed(slow.reward, slow.answers, fast.reward, fast.answers, params):
+        update.update(answers=fast.answers, reward=fast.reward, latency_s=fast.latency_s)
+    if _changed(slow.failures, slow.calls, fast.failures, fast.calls, params):
+        update.update(calls=fast.calls, failures=fast.failures)
+    return slow.model_copy(update=update) if update else slow
+
+
+def forget_failures(recent: Recent) -> Recent:
+    """After an outage: the breaker closed again, the failures that opened it are spent."""
+    return recent.model_copy(
+        update={
+            "slow": _healed(recent.slow),
+            "fast": _healed(recent.fast),
+        }
+    )
+
+
+def _healed(sums: Sums) -> Sums:
+    return sums.model_copy(update={"calls": sums.calls - sums.failures, "failures": 0.0})
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    success: float
+    quality: float
+    latency_s: float
+    cost_usd: float
+    exploration: float
+    value: float
+
+    def factors(self) -> dict[str, float]:
+        return {
+            "success_rate": self.success,
+            "quality": self.quality,
+            "latency_s": self.latency_s,
+            "cost_usd": self.cost_usd,
+            "exploration": self.exploration,
+        }
+
+
+def _tested(prior: float, total: float, count: float, params: RoutingParams) -> float:
+    """The prior while the outcomes agree with it, their mean once they contradict it."""
+    if _contradicts(prior, total, count, params):
+        return total / count
+    return prior
+
+
+def _weighted(prior: float, weight: float, total: float, count: float) -> float:
+    if weight + count <= 0.0:
+        return prior
+    return (prior * weight + total) / (weight + count)
+
+
+def estimate(arm: Arm, recent: Recent, now: float, policy: Policy) -> Estimate:
+    """The deployment's expected value per attempt at ``now``, with its parts."""
+    params = policy.params
+    seen = decayed(recent, now, params)
+    configured = arm.provider.quality_prior_of(arm.model)
+    quality_prior = (
+        configured
+        if params.adaptive_quality_priors and configured is not None
+        else params.adaptive_default_quality
+    )
+    slow, fast = seen.slow, seen.fast
+    success = _tested(params.adaptive_prior_success, slow.calls - slow.failures, slow.calls, params)
+    quality = _tested(quality_prior, slow.reward, slow.answers, params)
+    latency_s = _weighted(
+        arm.provider.p95_latency_baseline_ms / 1000.0,
+        params.adaptive_latency_prior_weight,
+        fast.latency_s,
+        fast.answers,
+    )
+    cost = arm.workload_cost_usd
+    exploration = params.adaptive_exploration / math.sqrt(1.0 + slow.answers)
+    value = (
+        success * (quality - cost / params.adaptive_answer_value_usd)
+        - params.adaptive_wait_cost_per_s * latency_s
+        + exploration
+    )
+    return Estimate(success, quality, latency_s, cost, exploration, value)
