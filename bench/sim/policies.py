@@ -3,9 +3,9 @@
 A name is a simulator-only baseline (``round_robin``, ``static_priority``,
 ``oracle``) or a ``BANDIT_STRATEGY`` value, run by the live router's fold,
 optionally followed by settings: ``composite+CB_MODE=ewma`` is the composite
-strategy with seed 003's EWMA breaker. A strategy takes part by being named:
-once ``RoutingParams`` accepts ``BANDIT_STRATEGY=adaptive``, ``adaptive`` is
-benchmarked; until then it is skipped, with the reason.
+strategy with seed 003's EWMA breaker, ``adaptive+ADAPTIVE_QUALITY_PRIORS=false``
+the recommended strategy without the config's quality priors. A name
+``RoutingParams`` does not accept is skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ DEFAULT_POLICIES = (
     "composite",
     "composite+CB_MODE=ewma",
     "adaptive",
+    "adaptive+ADAPTIVE_QUALITY_PRIORS=false",
     ORACLE,
 )
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from app.config import RoutingConfig
+from app.config import RoutingConfig, deployment_id
 from app.embedded.simulated import SEED_003_MODELS, SimulatedModel, providers_config
 from bench.sim.world import (
     AcceptanceStep,
@@ -29,6 +29,7 @@ from bench.sim.world import (
     Scenario,
     Throttle,
     Truth,
+    World,
     best_deployment,
 )
 
@@ -261,8 +262,26 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
 
 def build(scenario_id: str) -> Scenario:
     try:
-        return SCENARIOS[scenario_id.upper()]()
+        factory = SCENARIOS[scenario_id.upper()]
     except KeyError:
         raise KeyError(
             f"unknown scenario {scenario_id!r} (known: {', '.join(SCENARIOS)})"
         ) from None
+    return with_quality_priors(factory())
+
+
+def with_quality_priors(scenario: Scenario) -> Scenario:
+    """The config an operator would write after an offline evaluation at t = 0.
+
+    Every configured model gets ``quality_prior`` = its true acceptance at the start
+    (the knowledge ``static_priority``'s ranking comes from). Only the ``adaptive``
+    strategy reads it; ``ADAPTIVE_QUALITY_PRIORS=false`` runs it without.
+    """
+    world = World(scenario, 1.0)
+    data = scenario.config.model_dump(mode="json")
+    for provider in data["providers"]:
+        for model in provider["models"]:
+            deployment = deployment_id(provider["id"], model["name"])
+            if deployment in world.truths:
+                model["quality_prior"] = world.conditions(deployment, 0.0).acceptance
+    return replace(scenario, config=RoutingConfig.model_validate(data))
