@@ -11,7 +11,8 @@ the router sees the incident as it would unfold in real time.
 Printed per strategy: availability, first-try success, time to detect (first
 decision excluding the dead deployment), time to recover (first success on it
 after it returns), attempts sent to it during the outage, and probes per
-breaker timeout once detected. Simulated seconds = real seconds x compression.
+breaker timeout (attempts decided after detection, per breaker timeout).
+Simulated seconds = real seconds x compression.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class OutageResult:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compression", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=20.0, help="requests per real second")
-    parser.add_argument("--strategies", default="ucb1,composite")
+    parser.add_argument("--strategies", default="ucb1,composite,adaptive")
     parser.add_argument("--out", type=Path, default=Path("results"))
 
 
@@ -168,10 +169,16 @@ def measure(
     ]
     probes = None
     if detect is not None:
-        after_detect = [o for o in during if _seconds(o["occurred_at"]) > start + detect]
+        # A probe is an attempt *decided* once the breaker had excluded the deployment;
+        # attempts decided before (still in flight at detection) count as detection cost.
+        probe_decisions = [
+            d
+            for d in decisions
+            if d["deployment"] == dead and start + detect < _seconds(d["occurred_at"]) < end
+        ]
         timeout_s = (60.0 if strategy != "composite" else 30.0) / compression
         windows = max(1.0, (end - start - detect) / timeout_s)
-        probes = len(after_detect) / windows
+        probes = len(probe_decisions) / windows
     return OutageResult(
         strategy=strategy,
         requests=len(ids),
