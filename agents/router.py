@@ -1,13 +1,23 @@
 """Router: the single writer of a route's state. Folds the routing log in order.
 
-Read the row, call :func:`app.routing.fold.handle`, write the row, send what it
-produced. Nothing else.
+Read the row, call :func:`app.routing.fold.handle`, send what it produced and
+wait until the broker has it, then write the row. Nothing else.
+
+The order matters. The row write lands in the local store at once and is what
+makes a redelivered event a no-op (its position is in the row). Written before
+the sends were acknowledged, a SIGKILL in between left a row that had applied
+the event and sends that never reached the broker: the redelivered event was
+skipped, and its response (or dispatch) was gone for good. Written after, a kill
+before the write re-folds the event from the same row on redelivery and sends
+the same derived-id records again (consumers drop duplicates by id).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from faust import StreamT
@@ -56,8 +66,8 @@ async def _fold(parsed: RoutingLogEvent, offset: int) -> None:
     started = time.perf_counter()
     step = handle(load_route_state(route_name), parsed, offset, policy_holder().current)
     metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
+    await _publish(step)  # acknowledged by the broker before the row says "done"
     save_route_state(route_name, step.state)
-    await _publish(step)
     metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
     _export_breakers(step)
 
@@ -75,22 +85,27 @@ async def _dead_letter(event: EventT[bytes], detail: str) -> None:
 
 
 async def _publish(step: Step) -> None:
+    """Send the step's records and wait until the broker acknowledged every one."""
+    pending: list[Awaitable[object]] = []
     for dispatch in step.dispatches:
         decision = dispatch.decision
         key = decision.request_id.encode()
-        await decisions_topic.send(key=key, value=decision.model_dump_json())
-        await dispatch_topic.send(key=key, value=dispatch.model_dump_json())
+        pending.append(await decisions_topic.send(key=key, value=decision.model_dump_json()))
+        pending.append(await dispatch_topic.send(key=key, value=dispatch.model_dump_json()))
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
     for response in step.responses:
-        await responses_topic.send(
+        sent = await responses_topic.send(
             key=response.request_id.encode(), value=response.model_dump_json()
         )
+        pending.append(sent)
         metrics.RESPONSES.labels(status=response.status, source="router").inc()
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()
+    if pending:
+        await asyncio.gather(*pending)
 
 
 def _export_breakers(step: Step) -> None:

@@ -13,9 +13,12 @@ changes nothing and answers nothing. A request is routed once: a copy that
 ingest re-published after a crash sits at or below the route's watermark for
 its source partition, and is ignored.
 
-An attempt still open when its request's deadline (plus a grace) has passed
-was lost in a crash between the router's state write and its sends: it is
-closed with a ``lost`` error response, so no accepted request goes unanswered.
+The router agent writes the returned state only once the broker has
+acknowledged the step's sends: the row is what makes a redelivered event a
+no-op here, so a row written before its sends would lose them in a crash.
+An attempt still open when its request's deadline (plus a grace) has passed is
+closed with a ``lost`` error response all the same (a safety net: an outcome
+that never came back), so no accepted request goes unanswered.
 ``RouteTick`` events move the clock on idle routes.
 """
 
