@@ -59,11 +59,9 @@ def decayed(recent: Recent, now: float, params: RoutingParams) -> Recent:
     """Both memories as they weigh at ``now`` (a clock that goes back changes nothing)."""
     if now <= recent.at:
         return recent
-    age = now - recent.at
+    slow_weight, fast_weight = _factors(recent, now, params)
     return Recent(
-        at=now,
-        slow=_scaled(recent.slow, 0.5 ** (age / params.adaptive_half_life_s)),
-        fast=_scaled(recent.fast, 0.5 ** (age / params.adaptive_fast_half_life_s)),
+        at=now, slow=_scaled(recent.slow, slow_weight), fast=_scaled(recent.fast, fast_weight)
     )
 
 
@@ -178,27 +176,46 @@ def _weighted(prior: float, weight: float, total: float, count: float) -> float:
     return (prior * weight + total) / (weight + count)
 
 
+def _factors(recent: Recent, now: float, params: RoutingParams) -> tuple[float, float]:
+    """Weights of the slow and fast memories' sums at ``now``."""
+    if now <= recent.at:
+        return 1.0, 1.0
+    age = now - recent.at
+    return (
+        0.5 ** (age / params.adaptive_half_life_s),
+        0.5 ** (age / params.adaptive_fast_half_life_s),
+    )
+
+
 def estimate(arm: Arm, recent: Recent, now: float, policy: Policy) -> Estimate:
-    """The deployment's expected value per attempt at ``now``, with its parts."""
+    """The deployment's expected value per attempt at ``now``, with its parts.
+
+    Works on the sums and their decay factors directly (no model built: this runs
+    for every candidate of every decision); equal to estimating from ``decayed``.
+    """
     params = policy.params
-    seen = decayed(recent, now, params)
+    slow_weight, fast_weight = _factors(recent, now, params)
+    slow, fast = recent.slow, recent.fast
     configured = arm.provider.quality_prior_of(arm.model)
     quality_prior = (
         configured
         if params.adaptive_quality_priors and configured is not None
         else params.adaptive_default_quality
     )
-    slow, fast = seen.slow, seen.fast
-    success = _tested(params.adaptive_prior_success, slow.calls - slow.failures, slow.calls, params)
-    quality = _tested(quality_prior, slow.reward, slow.answers, params)
+    calls = slow.calls * slow_weight
+    answers = slow.answers * slow_weight
+    success = _tested(
+        params.adaptive_prior_success, calls - slow.failures * slow_weight, calls, params
+    )
+    quality = _tested(quality_prior, slow.reward * slow_weight, answers, params)
     latency_s = _weighted(
         arm.provider.p95_latency_baseline_ms / 1000.0,
         params.adaptive_latency_prior_weight,
-        fast.latency_s,
-        fast.answers,
+        fast.latency_s * fast_weight,
+        fast.answers * fast_weight,
     )
     cost = arm.workload_cost_usd
-    exploration = params.adaptive_exploration / math.sqrt(1.0 + slow.answers)
+    exploration = params.adaptive_exploration / math.sqrt(1.0 + answers)
     value = (
         success * (quality - cost / params.adaptive_answer_value_usd)
         - params.adaptive_wait_cost_per_s * latency_s
