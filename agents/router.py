@@ -1,15 +1,23 @@
 """Router: the single writer of a route's state. Folds the routing log in order.
 
-Read the row, call :func:`app.routing.fold.handle`, send what it produced and
-wait until the broker has it, then write the row. Nothing else.
+Read the row, call :func:`app.routing.fold.handle`, send what it produced,
+write the row once the broker has acknowledged the sends, then ack the event.
+Nothing else.
 
-The order matters. The row write lands in the local store at once and is what
-makes a redelivered event a no-op (its position is in the row). Written before
-the sends were acknowledged, a SIGKILL in between left a row that had applied
-the event and sends that never reached the broker: the redelivered event was
-skipped, and its response (or dispatch) was gone for good. Written after, a kill
-before the write re-folds the event from the same row on redelivery and sends
-the same derived-id records again (consumers drop duplicates by id).
+The order matters (issue 4). The row lands in the local store at once and is
+what makes a redelivered event a no-op (its position is in the row). Written
+before its sends were acknowledged, a SIGKILL in between left a row that had
+applied the event and sends that never reached the broker: the redelivered
+event was skipped, and its response (or dispatch) was gone for good.
+
+Waiting for the broker on every event would tie the router to one round trip
+per event, so the router pipelines: it folds the next event from the newest
+state in memory while earlier sends are in flight, and at each event of a route
+writes the row of the newest state whose sends (and all before them) are
+acknowledged. An event is acked (so its offset can be committed) only once a
+row that includes it is written. A kill loses only unacked events; they are
+redelivered and re-folded from the row, and send the same derived-id records
+again (consumers drop duplicates by id).
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections import deque
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from faust import StreamT
 from faust.types import EventT
@@ -38,7 +48,7 @@ from app.faust_app import (
 )
 from app.ingest import dead_letter
 from app.routing.fold import Step, handle
-from app.routing.state import BREAKER_GAUGE
+from app.routing.state import BREAKER_GAUGE, RouteState
 from app.runtime import policy_holder
 from tables.routing import load_route_state, save_route_state
 
@@ -46,30 +56,90 @@ log = logging.getLogger(__name__)
 _routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
 
 
+@dataclass
+class _Folded:
+    """An event folded and sent, whose row is not written yet."""
+
+    event: Any
+    state: RouteState
+    sends: list[asyncio.Future[Any]]
+
+
+@dataclass
+class Pipeline:
+    """Per route: the newest folded state, and the folded events waiting for their row."""
+
+    latest: dict[str, RouteState] = field(default_factory=dict)
+    unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
+
+    def state(self, route_name: str) -> RouteState:
+        latest = self.latest.get(route_name)
+        return latest if latest is not None else load_route_state(route_name)
+
+    async def fold(self, parsed: RoutingLogEvent, event: Any, offset: int) -> list[Any]:
+        """Fold, send, write what is acknowledged; return the events now safe to ack.
+
+        Must run in ``event``'s stream context: the row write goes to its partition,
+        which is the route's.
+        """
+        route_name = route_of(parsed)
+        started = time.perf_counter()
+        step = handle(self.state(route_name), parsed, offset, policy_holder().current)
+        metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
+        sends = await _publish(step)
+        self.latest[route_name] = step.state
+        self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
+        metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
+        _export_breakers(step)
+        return self.write_acknowledged(route_name)
+
+    def write_acknowledged(self, route_name: str) -> list[Any]:
+        queue = self.unwritten.get(route_name) or deque()
+        done: list[_Folded] = []
+        while queue and all(send.done() for send in queue[0].sends):
+            folded = queue.popleft()
+            for send in folded.sends:
+                send.result()  # a send the producer gave up on: crash, do not ack
+            done.append(folded)
+        if done:
+            save_route_state(route_name, done[-1].state)
+        if not queue:
+            self.latest.pop(route_name, None)  # the row is the newest state again
+            self.unwritten.pop(route_name, None)
+        return [folded.event for folded in done]
+
+    def forget(self) -> None:
+        """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
+        self.latest.clear()
+        self.unwritten.clear()
+
+
+_pipeline = Pipeline()
+
+
+@app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
+async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
+    _pipeline.forget()
+
+
 @app.agent(routing_topic)
 async def route(stream: StreamT[bytes]) -> None:
-    async for event in stream.events():
+    manual: Any = cast(Any, stream).noack()  # acked once a written row includes the event
+    async for event in manual.events():
         try:
             parsed = _routing_event.validate_json(event.value)
         except ValidationError as exc:
             await _dead_letter(event, f"unreadable routing-log event: {exc.error_count()} error(s)")
+            await manual.ack(event)
             continue
         try:
-            await _fold(parsed, event.message.offset)
+            safe = await _pipeline.fold(parsed, event, event.message.offset)
         except Exception as exc:  # a bug must not stop the route: record it and go on
             log.exception("router failed on %s", position_of(event))
             await _dead_letter(event, f"router error: {type(exc).__name__}")
-
-
-async def _fold(parsed: RoutingLogEvent, offset: int) -> None:
-    route_name = route_of(parsed)
-    started = time.perf_counter()
-    step = handle(load_route_state(route_name), parsed, offset, policy_holder().current)
-    metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
-    await _publish(step)  # acknowledged by the broker before the row says "done"
-    save_route_state(route_name, step.state)
-    metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
-    _export_breakers(step)
+            safe = [event]
+        for done in safe:
+            await manual.ack(done)
 
 
 async def _dead_letter(event: EventT[bytes], detail: str) -> None:
@@ -84,14 +154,18 @@ async def _dead_letter(event: EventT[bytes], detail: str) -> None:
     await deadletter_topic.send(key=letter.id.encode(), value=letter.model_dump_json())
 
 
-async def _publish(step: Step) -> None:
-    """Send the step's records and wait until the broker acknowledged every one."""
-    pending: list[Awaitable[object]] = []
+async def _publish(step: Step) -> list[asyncio.Future[Any]]:
+    """Send the step's records; return their delivery futures."""
+    pending: list[asyncio.Future[Any]] = []
     for dispatch in step.dispatches:
         decision = dispatch.decision
         key = decision.request_id.encode()
-        pending.append(await decisions_topic.send(key=key, value=decision.model_dump_json()))
-        pending.append(await dispatch_topic.send(key=key, value=dispatch.model_dump_json()))
+        pending.append(
+            _future(await decisions_topic.send(key=key, value=decision.model_dump_json()))
+        )
+        pending.append(
+            _future(await dispatch_topic.send(key=key, value=dispatch.model_dump_json()))
+        )
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
@@ -100,12 +174,16 @@ async def _publish(step: Step) -> None:
         sent = await responses_topic.send(
             key=response.request_id.encode(), value=response.model_dump_json()
         )
-        pending.append(sent)
+        pending.append(_future(sent))
         metrics.RESPONSES.labels(status=response.status, source="router").inc()
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()
-    if pending:
-        await asyncio.gather(*pending)
+    return pending
+
+
+def _future(sent: object) -> asyncio.Future[Any]:
+    """Faust's send returns a FutureMessage, an asyncio future resolved on delivery."""
+    return cast("asyncio.Future[Any]", sent)
 
 
 def _export_breakers(step: Step) -> None:

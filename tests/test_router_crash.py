@@ -3,8 +3,9 @@
 The row write lands in the local store at once; the sends sit in the producer's
 buffer until the broker acknowledges them. A kill drops the buffer and keeps the
 store, and the redelivered event is then a no-op for the fold (its position is in
-the row). So the router must not write the row before its sends are
-acknowledged, or the kill loses them: a response nobody will ever send again.
+the row). So the router must not write a row before the sends of the events it
+includes are acknowledged, or the kill loses them: a response nobody will ever
+send again. Nor ack an event before a written row includes it.
 
 No broker here: the topics and the table are fakes, the fold is the real one.
 """
@@ -20,7 +21,8 @@ import pytest
 from factories import T0, accepted, finish, policy
 
 import agents.router as router
-from app.events import RoutingLogEvent
+from app.events import RouteTick, derived_id
+from app.routing.fold import at
 from app.routing.state import RouteState
 
 
@@ -77,34 +79,30 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBroker, dict[str, RouteS
     return broker, table
 
 
-async def _killed_while_folding(broker: FakeBroker, event: RoutingLogEvent, offset: int) -> None:
-    """Fold ``event`` while the broker acknowledges nothing, then SIGKILL the worker."""
-    broker.acknowledge = False
-    folding = asyncio.create_task(router._fold(event, offset))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    folding.cancel()  # the process dies: its task, and everything in the producer buffer
-    broker.kill()
-    await asyncio.gather(folding, return_exceptions=True)
-    broker.acknowledge = True
+def tick(t: float) -> RouteTick:
+    return RouteTick(id=derived_id("tick", "chat", t), occurred_at=at(t), route="chat")
 
 
 async def test_kill_before_the_response_is_acknowledged_loses_no_response(
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    request = accepted("req-1", T0, offset=0)
+    worker = router.Pipeline()
     broker.acknowledge = True
-    await router._fold(request, 0)
+    assert await worker.fold(accepted("req-1", T0, offset=0), "ev0", 0) == ["ev0"]
     (dispatch,) = broker.records("dispatch_topic")
-    deployment = dispatch["decision"]["deployment"]
-    done = finish("req-1", deployment, T0 + 1)
+    done = finish("req-1", dispatch["decision"]["deployment"], T0 + 1)
 
-    await _killed_while_folding(broker, done, 1)
-    await router._fold(done, 1)  # redelivered: the source offset was not committed
+    broker.acknowledge = False
+    assert await worker.fold(done, "ev1", 1) == []  # sent, not acknowledged: not acked
+    assert table["chat"].position == 0
+    broker.kill()  # SIGKILL: the producer buffer and the process memory are gone
 
+    broker.acknowledge = True
+    restarted = router.Pipeline()
+    assert await restarted.fold(done, "ev1", 1) == ["ev1"]  # redelivered, folded again
     assert [r["request_id"] for r in broker.records("responses_topic")] == ["req-1"]
-    assert table["chat"].open_attempts == {}
+    assert table["chat"].open_attempts == {} and table["chat"].position == 1
 
 
 async def test_kill_before_the_dispatch_is_acknowledged_loses_no_dispatch(
@@ -112,25 +110,35 @@ async def test_kill_before_the_dispatch_is_acknowledged_loses_no_dispatch(
 ) -> None:
     broker, table = wired
     request = accepted("req-2", T0, offset=0)
+    assert await router.Pipeline().fold(request, "ev0", 0) == []
+    broker.kill()
 
-    await _killed_while_folding(broker, request, 0)
-    await router._fold(request, 0)  # redelivered
-
+    broker.acknowledge = True
+    assert await router.Pipeline().fold(request, "ev0", 0) == ["ev0"]
     assert [d["decision"]["request_id"] for d in broker.records("dispatch_topic")] == ["req-2"]
     assert [d["request_id"] for d in broker.records("decisions_topic")] == ["req-2"]
     assert list(table["chat"].open_attempts) == ["req-2#1"]
 
 
-async def test_row_is_written_once_the_sends_are_acknowledged(
+async def test_folds_ahead_of_the_broker_and_writes_rows_in_order(
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    broker.acknowledge = False
-    folding = asyncio.create_task(router._fold(accepted("req-3", T0, offset=0), 0))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not folding.done() and "chat" not in table  # waiting for the broker
-    for _, _, future in broker.buffer:
+    worker = router.Pipeline()
+    assert await worker.fold(accepted("a", T0, offset=0), "ev0", 0) == []
+    assert await worker.fold(accepted("b", T0, offset=1), "ev1", 1) == []
+    # Folded from the state in memory, not from the (unwritten) row.
+    assert list(worker.state("chat").open_attempts) == ["a#1", "b#1"]
+    assert "chat" not in table
+
+    first, second = broker.buffer[:2], broker.buffer[2:]
+    for _, _, future in second:
         future.set_result(None)
-    await folding
-    assert table["chat"].position == 0
+    assert await worker.fold(tick(T0 + 1), "ev2", 2) == []  # b's sends wait for a's
+    assert "chat" not in table
+    for _, _, future in first:
+        future.set_result(None)
+    assert await worker.fold(tick(T0 + 2), "ev3", 3) == ["ev0", "ev1", "ev2", "ev3"]
+    assert table["chat"].position == 3
+    assert list(table["chat"].open_attempts) == ["a#1", "b#1"]
+    assert worker.latest == {}  # the row is the fold's input again
