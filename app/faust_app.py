@@ -42,9 +42,10 @@ class SwitchyardWorker(faust.Worker):
 
     Faust's worker turns a spinner once per log record: it adds a handler at DEBUG to the
     root logger and lowers the root logger to DEBUG, so every ``log.debug`` of aiokafka and
-    mode builds and dispatches a record even at ``warn``. That cost about 25 % of a worker's
-    throughput; our logs go to files and pipes, where the spinner draws nothing anyway.
-    Without a spinner, faust leaves the root logger at ``settings.log_level``.
+    mode builds and dispatches a record even at ``warn``: 5-6 % of the worker's py-spy
+    samples under ``switchyard bench throughput``, 0.1-0.4 % without. Our logs go to files
+    and pipes, where the spinner draws nothing anyway. Without a spinner, faust leaves the
+    root logger at ``settings.log_level``.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -54,9 +55,10 @@ class SwitchyardWorker(faust.Worker):
 
 # The RocksDB options of our table stores (``app.Table(..., options=...)``), as constants
 # here until app/settings.py takes them. Faust's defaults are sized for big tables: 64 MiB
-# write buffers (up to 3 per store) and a 2 GiB block cache, per partition's database; they
-# put a worker's peak RSS near 190 MB. Our rows are a few KB per route, so small buffers
-# flush often and still cost nothing measurable.
+# write buffers (up to 3) and a 2 GiB block cache for each partition's database. Under
+# ``switchyard bench throughput`` (100 req/s, then saturation) they took the worker's peak
+# RSS to ~166 MB; with these, 104-113 MB. Our one table holds a small row per route, so
+# smaller memtables only flush more often.
 #: Memtable size of one partition's database, and how many may be held at once.
 ROCKSDB_WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 ROCKSDB_MAX_WRITE_BUFFERS = 2
