@@ -38,7 +38,9 @@ class RequestPublisher:
 
 
 class TopicFollower:
-    def __init__(self, bootstrap: str, topics: Iterable[str]) -> None:
+    def __init__(
+        self, bootstrap: str, topics: Iterable[str], max_partition_fetch_bytes: int = 1 << 20
+    ) -> None:
         self.topics = list(topics)
         # A short long-poll: Tansu answers fetches only when the wait runs out.
         self._consumer = AIOKafkaConsumer(
@@ -46,6 +48,8 @@ class TopicFollower:
             enable_auto_commit=False,
             group_id=None,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            fetch_max_bytes=max(52_428_800, max_partition_fetch_bytes),
         )
 
     async def start(self) -> TopicFollower:
@@ -112,9 +116,10 @@ async def read_raw(
     """Every record of ``topics`` as stored (offsets, timestamps, raw bytes), from the start.
 
     Reads until nothing new arrived for ``idle_s`` (end offsets are not trusted:
-    Tansu misreports them) or ``timeout_s`` passed.
+    Tansu misreports them) or ``timeout_s`` passed. Fetches up to 32 MB per
+    partition: a route-state changelog row can be large.
     """
-    follower = await TopicFollower(bootstrap, topics).start()
+    follower = await TopicFollower(bootstrap, topics, max_partition_fetch_bytes=32 << 20).start()
     records: list[ConsumerRecord[bytes, bytes]] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
