@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 _routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
 
 
+class SendFailed(RuntimeError):
+    """A record of the router was not delivered: the worker must not go on."""
+
+
 @dataclass
 class _Folded:
     """An event folded and sent, whose row is not written yet."""
@@ -97,10 +101,13 @@ class Pipeline:
         queue = self.unwritten.get(route_name) or deque()
         done: list[_Folded] = []
         while queue and all(send.done() for send in queue[0].sends):
-            folded = queue.popleft()
-            for send in folded.sends:
-                send.result()  # a send the producer gave up on: crash, do not ack
-            done.append(folded)
+            for send in queue[0].sends:
+                if send.cancelled() or send.exception() is not None:
+                    # The producer gave up on a record: stop here, ack nothing more.
+                    raise SendFailed(f"send for {route_name!r} failed") from (
+                        None if send.cancelled() else send.exception()
+                    )
+            done.append(queue.popleft())
         if done:
             save_route_state(route_name, done[-1].state)
         if not queue:
@@ -134,6 +141,8 @@ async def route(stream: StreamT[bytes]) -> None:
             continue
         try:
             safe = await _pipeline.fold(parsed, event, event.message.offset)
+        except SendFailed:
+            raise  # unacked events are redelivered after the restart
         except Exception as exc:  # a bug must not stop the route: record it and go on
             log.exception("router failed on %s", position_of(event))
             await _dead_letter(event, f"router error: {type(exc).__name__}")

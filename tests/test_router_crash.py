@@ -142,3 +142,16 @@ async def test_folds_ahead_of_the_broker_and_writes_rows_in_order(
     assert table["chat"].position == 3
     assert list(table["chat"].open_attempts) == ["a#1", "b#1"]
     assert worker.latest == {}  # the row is the fold's input again
+
+
+async def test_a_send_the_producer_gave_up_on_stops_the_router(
+    wired: tuple[FakeBroker, dict[str, RouteState]],
+) -> None:
+    broker, table = wired
+    worker = router.Pipeline()
+    assert await worker.fold(accepted("c", T0, offset=0), "ev0", 0) == []
+    for _, _, future in broker.buffer:
+        future.set_exception(TimeoutError("delivery timed out"))
+    with pytest.raises(router.SendFailed):
+        await worker.fold(tick(T0 + 1), "ev1", 1)
+    assert "chat" not in table  # nothing written, nothing acked: redelivered after restart
