@@ -94,7 +94,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
             return wanted <= {r["request_id"] for r in records[topics.responses]}
 
         records = await read_topics(
-            stack.broker.bootstrap, [topics.responses, topics.outcomes], done, timeout_s=300
+            stack.broker.bootstrap,
+            [topics.responses, topics.outcomes, topics.deadletter],
+            done,
+            timeout_s=300,
         )
         port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
         outcome_ids = {o["id"] for o in records[topics.outcomes]}
@@ -106,8 +109,20 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(1)
         answered_ids = {r["request_id"] for r in records[topics.responses]}
         lost_ids = sorted(wanted - answered_ids)
-        if lost_ids and args.trail_limit > 0:
-            await print_trails(stack, lost_ids[: args.trail_limit], started, kill_times)
+        # Attempts the router gave up on (deadline + grace): an outcome that came
+        # later is not counted as a pull, so they explain pulls < outcomes.
+        expired_ids = sorted(
+            {
+                r["request_id"]
+                for r in records[topics.responses]
+                if (r.get("error") or {}).get("type") == "lost"
+            }
+        )
+        traced = lost_ids[: args.trail_limit]
+        if pulls != len(outcome_ids):
+            traced += expired_ids[: args.trail_limit]
+        if traced and args.trail_limit > 0:
+            await print_trails(stack, traced, started, kill_times)
     per_request = Counter(r["request_id"] for r in records[topics.responses])
     statuses = Counter(
         r["status"] if r["status"] == "ok" else f"error:{(r.get('error') or {}).get('code')}"
@@ -120,6 +135,8 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         "lost": len(wanted - set(per_request)),
         "duplicate_responses": sum(n - 1 for n in per_request.values()),
         "statuses": dict(statuses),
+        "expired_attempt_responses": len(expired_ids),
+        "dead_letters": dict(Counter(d.get("reason") for d in records[topics.deadletter])),
         "distinct_attempt_outcomes": len(outcome_ids),
         "bandit_pulls": pulls,
         "kills_at_s": [round(t - started, 3) for t in kill_times],
@@ -173,7 +190,7 @@ async def print_trails(
     print(f"  kills at: {', '.join(f'+{k - started:.3f}s' for k in kill_times)}")
     _print_changelog_gaps(records, names, changelog, started)
     for request_id in lost:
-        print(f"  trail of lost {request_id}:")
+        print(f"  trail of {request_id}:")
         needle = f'"{request_id}"'.encode()
         routing_at: list[tuple[int, int]] = []
         for record in sorted(records, key=lambda r: (r.timestamp, r.topic, r.offset)):
