@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from app.events import StatusClass
-from app.routing import adaptive
-from app.routing.feedback import apply_outcome
-from app.routing.policy import Policy
-from app.routing.state import ArmState, Breaker, BreakerPhase, Recent, Sums
-from app.settings import Strategy
-from tests.factories import (
+from factories import (
     T0,
     accepted,
     dep,
@@ -22,6 +15,13 @@ from tests.factories import (
     provider,
     route_state,
 )
+
+from app.events import StatusClass
+from app.routing import adaptive
+from app.routing.feedback import apply_outcome
+from app.routing.policy import Policy
+from app.routing.state import ArmState, Breaker, BreakerPhase, Recent, Sums
+from app.settings import Strategy
 
 PARAMS = params(strategy=Strategy.ADAPTIVE)
 CHEAP = provider(
