@@ -1,18 +1,23 @@
 """``switchyard bench outage``: seed 003's 47-minute outage, time-compressed, on the live stack.
 
 Four real ``llmock`` servers stand in for seed 003's providers (fixed latency per
-provider, p50 of the seed's table scaled down); the embedded broker and a
-worker process route between them. After a steady phase, the provider the
-router favours answers 503 to everything for 47 simulated minutes, then
-recovers. Time is compressed ``--compression`` times (default 60: a simulated
-minute is a real second); the breaker timeouts are compressed with it, so
+provider, p50 of the seed's table scaled down); the embedded broker and
+``--workers`` worker processes (default 2) route between them. After a steady
+phase, the deployment the strategy chose most for first attempts so far
+answers 503 to everything for 47 simulated minutes, then recovers. Time is
+compressed ``--compression`` times (default 60: a simulated minute is a real
+second); the breaker timeouts are compressed with it, so
 the router sees the incident as it would unfold in real time.
 
 Printed per strategy: availability, first-try success, time to detect (first
 decision excluding the dead deployment), time to recover (first success on it
 after it returns), attempts sent to it during the outage, and probes per
-breaker timeout (attempts decided after detection, per breaker timeout).
-Simulated seconds = real seconds x compression.
+breaker timeout (attempts decided after detection, per breaker timeout); and,
+in real milliseconds between broker timestamps, how long after the last
+failure before the trip the first decision excluding the deployment was made
+(the route's state has one writer, so that decision honours the trip whichever
+worker ingested the request), with the count of non-probe decisions that still
+went to it afterwards. Simulated seconds = real seconds x compression.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,12 +41,13 @@ if TYPE_CHECKING:  # imported in run(): `switchyard` imports this module at ever
 OUTAGE_MIN = 47.0
 BEFORE_MIN = 5.0
 AFTER_MIN = 10.0
-DEAD = "openai-gpt-4.1"
 
 
 @dataclass(frozen=True)
 class OutageResult:
     strategy: str
+    #: The deployment taken down: the one the strategy had chosen most before the outage.
+    dead: str
     requests: int
     availability: float
     first_try_success: float
@@ -49,12 +56,22 @@ class OutageResult:
     recover_s: float | None
     attempts_to_dead: int
     probes_per_breaker_timeout: float | None
+    #: Real ms from the broker timestamp of the last outcome on the dead deployment
+    #: before the trip to that of the first decision excluding it (any worker's request).
+    trip_lag_ms: float | None = None
+    #: Decisions sent to the dead deployment after the trip other than half-open probes.
+    routed_after_trip: int = 0
+    workers: int = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compression", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=20.0, help="requests per real second")
     parser.add_argument("--strategies", default="ucb1,composite,adaptive")
+    parser.add_argument(
+        "--workers", type=int, default=2,
+        help="worker processes (requests are ingested and executed by all of them)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results"))
 
 
@@ -92,23 +109,58 @@ def _env(strategy: str, compression: float) -> dict[str, str]:
     return env
 
 
+@dataclass
+class _Favourite:
+    """Counts first-attempt decisions per deployment while the stack runs."""
+
+    counts: dict[str, int]
+
+    def best(self, order: list[str]) -> str:
+        """The most chosen deployment (ties: config order); the first one before any."""
+        return max(order, key=lambda d: (self.counts.get(d, 0), -order.index(d)))
+
+
+async def _count_decisions(bootstrap: str, topic: str, favourite: _Favourite) -> None:
+    from app.client import TopicFollower
+
+    follower = await TopicFollower(bootstrap, [topic]).start()
+    try:
+        while True:
+            for record in await follower.poll():
+                decision = json.loads(record.value or b"{}")
+                if decision.get("attempt") == 1:
+                    deployment = decision["deployment"]
+                    favourite.counts[deployment] = favourite.counts.get(deployment, 0) + 1
+    finally:
+        await follower.stop()
+
+
 async def _drive(
     stack: EmbeddedStack, servers: dict[str, LLMockServer], rate: float, compression: float
-) -> tuple[list[str], float, float]:
+) -> tuple[list[str], float, float, str]:
+    """Steady phase, outage of the deployment the router favoured so far, recovery."""
     from llmock.scenarios import Fail
 
     from app.client import RequestPublisher
+    from app.embedded.simulated import SEED_003_MODELS
 
+    order = [f"{m.provider_id}:{m.model}" for m in SEED_003_MODELS]
+    favourite = _Favourite({})
+    counting = asyncio.create_task(
+        _count_decisions(stack.broker.bootstrap, stack.topics.decisions, favourite)
+    )
     publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
     ids: list[str] = []
     phases = [(BEFORE_MIN, False), (OUTAGE_MIN, True), (AFTER_MIN, False)]
     marks: list[float] = []
+    dead = order[0]
     try:
-        for minutes, dead in phases:
-            if dead:
-                servers[DEAD].state.scenarios.add(Fail(503, times=None))
+        for minutes, down in phases:
+            if down:
+                dead = favourite.best(order)
+                servers[dead.split(":")[0]].state.scenarios.add(Fail(503, times=None))
             else:
-                servers[DEAD].state.scenarios.clear()
+                servers[dead.split(":")[0]].state.scenarios.clear()
             marks.append(time.time())
             end = time.monotonic() + minutes * 60.0 / compression
             while time.monotonic() < end:
@@ -120,7 +172,8 @@ async def _drive(
         await publisher.flush()
     finally:
         await publisher.stop()
-    return ids, marks[1], marks[2]
+        counting.cancel()
+    return ids, marks[1], marks[2], dead
 
 
 def _seconds(stamp: str) -> float:
@@ -136,9 +189,10 @@ def measure(
     ids: list[str],
     outage: tuple[float, float],
     compression: float,
+    dead: str,
+    workers: int = 1,
 ) -> OutageResult:
     start, end = outage
-    dead = f"{DEAD}:gpt-4.1"
     wanted = set(ids)
     responses = {
         r["request_id"]: r for r in records[stack.topics.responses] if r["request_id"] in wanted
@@ -179,8 +233,10 @@ def measure(
         timeout_s = (60.0 if strategy != "composite" else 30.0) / compression
         windows = max(1.0, (end - start - detect) / timeout_s)
         probes = len(probe_decisions) / windows
+    trip_lag_ms, routed_after_trip = _trip(decisions, outcomes, dead, start, end)
     return OutageResult(
         strategy=strategy,
+        dead=dead,
         requests=len(ids),
         availability=len(ok) / len(ids),
         first_try_success=sum(1 for r in ok if r["attempts"] == 1) / len(ids),
@@ -189,14 +245,51 @@ def measure(
         recover_s=None if recover is None else recover * compression,
         attempts_to_dead=len(during),
         probes_per_breaker_timeout=probes,
+        trip_lag_ms=trip_lag_ms,
+        routed_after_trip=routed_after_trip,
+        workers=workers,
     )
+
+
+def _trip(
+    decisions: list[dict[str, Any]],
+    outcomes: list[dict[str, Any]],
+    dead: str,
+    start: float,
+    end: float,
+) -> tuple[float | None, int]:
+    """How fast the breaker trip reached every decision, and what got through after it.
+
+    Times are broker record timestamps (``_ts``, real seconds): the route's state has
+    one writer, so the first decision after the trip honours it, whichever worker
+    ingested the request.
+    """
+    tripped = sorted(
+        d["_ts"]
+        for d in decisions
+        if start <= d["_ts"] < end
+        and any(
+            e["deployment"] == dead and e["reason"].startswith("breaker_") for e in d["excluded"]
+        )
+    )
+    if not tripped:
+        return None, 0
+    failures = [o["_ts"] for o in outcomes if o["deployment"] == dead and o["_ts"] <= tripped[0]]
+    lag = (tripped[0] - max(failures)) * 1000.0 if failures else None
+    leaked = sum(
+        1
+        for d in decisions
+        if d["deployment"] == dead
+        and tripped[0] < d["_ts"] < end
+        and d["selection_rule"] != "half_open_probe"
+    )
+    return lag, leaked
 
 
 async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
     from llmock.chaos import ChaosSettings
     from llmock.testing import LLMockServer
 
-    from app.client import read_topics
     from app.embedded.simulated import SEED_003_MODELS
     from app.embedded.stack import EmbeddedStack
 
@@ -211,14 +304,17 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
             env=_env(strategy, args.compression), providers_yaml=_providers_yaml(servers)
         )
         async with stack:
-            ids, start, end = await _drive(stack, servers, args.rate, args.compression)
+            for _ in range(args.workers - 1):
+                stack.add_worker()
+            await _warm_up(stack, settle_s=8.0 if args.workers > 1 else 0.0)
+            ids, start, end, dead = await _drive(stack, servers, args.rate, args.compression)
             topics = stack.topics
             wanted = set(ids)
 
             def done(records: dict[str, list[dict[str, Any]]]) -> bool:
                 return wanted <= {r["request_id"] for r in records[topics.responses]}
 
-            records = await read_topics(
+            records = await _read_stamped(
                 stack.broker.bootstrap,
                 [topics.responses, topics.decisions, topics.outcomes],
                 done,
@@ -227,10 +323,67 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
             args.out.mkdir(parents=True, exist_ok=True)
             dump = {"outage": [start, end], "records": records}
             (args.out / f"outage-{strategy}-records.json").write_text(json.dumps(dump))
-            return measure(strategy, records, stack, ids, (start, end), args.compression)
+            return measure(
+                strategy, records, stack, ids, (start, end), args.compression, dead, args.workers
+            )
     finally:
         for server in servers.values():
             server.stop()
+
+
+async def _warm_up(stack: EmbeddedStack, settle_s: float) -> None:
+    """Wait until the workers answer, so the steady phase measures a running router.
+
+    With several workers the later ones join the group after the first answers; a
+    second request after ``settle_s`` (past the session timeout) sees the settled group.
+    """
+    from app.client import RequestPublisher
+
+    for round_ in range(2 if settle_s else 1):
+        await asyncio.sleep(settle_s if round_ else 0.0)
+        request_id = f"warm-up-{round_}"
+        publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
+        try:
+            await publisher.publish(
+                {"request_id": request_id, "messages": [{"role": "user", "content": "hi"}]}
+            )
+            await publisher.flush()
+        finally:
+            await publisher.stop()
+        topic = stack.topics.responses
+        await _read_stamped(
+            stack.broker.bootstrap, [topic], _answered(request_id, topic), timeout_s=90
+        )
+
+
+def _answered(request_id: str, topic: str) -> Callable[[dict[str, list[dict[str, Any]]]], bool]:
+    def done(records: dict[str, list[dict[str, Any]]]) -> bool:
+        return any(r["request_id"] == request_id for r in records[topic])
+
+    return done
+
+
+async def _read_stamped(
+    bootstrap: str,
+    topics: list[str],
+    done: Callable[[dict[str, list[dict[str, Any]]]], bool],
+    timeout_s: float,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every JSON record of ``topics`` with its broker timestamp as ``_ts`` (seconds)."""
+    from app.client import TopicFollower
+
+    follower = await TopicFollower(bootstrap, topics).start()
+    records: dict[str, list[dict[str, Any]]] = {topic: [] for topic in follower.topics}
+    give_up = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < give_up and not done(records):
+            for record in await follower.poll():
+                value = json.loads(record.value or b"{}")
+                value["_ts"] = record.timestamp / 1000.0
+                records[record.topic].append(value)
+    finally:
+        await follower.stop()
+    return records
 
 
 def render(results: list[OutageResult]) -> str:
@@ -238,16 +391,19 @@ def render(results: list[OutageResult]) -> str:
         return "never" if value is None else f"{value:.1f}{unit}"
 
     lines = [
-        "| strategy | requests | availability | first-try success | detect (failures) | recover "
-        "| attempts to dead | probes / breaker timeout |",
-        "|---|---|---|---|---|---|---|---|",
+        "| strategy | dead | requests | availability | first-try success | detect (failures) "
+        "| recover "
+        "| attempts to dead | probes / breaker timeout | trip → all workers | leaked after trip |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r.strategy} | {r.requests} | {r.availability:.2%} | {r.first_try_success:.2%} "
+            f"| {r.strategy} | {r.dead} | {r.requests} | {r.availability:.2%} "
+            f"| {r.first_try_success:.2%} "
             f"| {fmt(r.detect_s, ' s')} ({r.failures_before_detect}) "
             f"| {fmt(r.recover_s, ' s')} | {r.attempts_to_dead} "
-            f"| {fmt(r.probes_per_breaker_timeout)} |"
+            f"| {fmt(r.probes_per_breaker_timeout)} | {fmt(r.trip_lag_ms, ' ms')} "
+            f"| {r.routed_after_trip} |"
         )
     return "\n".join(lines)
 
@@ -255,8 +411,10 @@ def render(results: list[OutageResult]) -> str:
 def run(args: argparse.Namespace) -> int:
     results = [asyncio.run(run_one(s, args)) for s in args.strategies.split(",")]
     print(
-        f"seed 003 outage: {DEAD} down {OUTAGE_MIN:g} simulated minutes, "
-        f"compression {args.compression:g}x (times below are simulated seconds)"
+        f"seed 003 outage: each strategy's favourite deployment down {OUTAGE_MIN:g} "
+        "simulated minutes, "
+        f"compression {args.compression:g}x, {args.workers} worker(s) "
+        "(times below are simulated seconds, except trip → all workers: real ms)"
     )
     print(render(results))
     args.out.mkdir(parents=True, exist_ok=True)
