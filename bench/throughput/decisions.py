@@ -165,7 +165,7 @@ def run_decisions(args: argparse.Namespace) -> dict[str, Any]:
     from app.routing.fold import handle
 
     results: dict[str, Any] = {}
-    for strategy in ("ucb1", "thompson", "composite"):
+    for strategy in ("ucb1", "thompson", "composite", "adaptive"):
         policy = bench_policy(strategy)
         state = bench_state(policy, open_attempts=0)
         events = bench_requests(policy, min(args.decisions, 20_000))

@@ -234,7 +234,7 @@ def render(report: dict[str, Any]) -> str:
             "| decision, 16 candidates | decisions | p50 µs | p99 µs | mean µs | target p99 |",
             "|---|---:|---:|---:|---:|---|",
         ]
-        for strategy in ("ucb1", "thompson", "composite"):
+        for strategy in ("ucb1", "thompson", "composite", "adaptive"):
             lat = decisions[strategy]["latency_us"]
             out.append(
                 f"| `handle` {strategy} | {lat['n']:,} | {lat['p50']:,.0f} | {lat['p99']:,.0f} "
@@ -248,7 +248,7 @@ def render(report: dict[str, Any]) -> str:
                 f"| {lat['p50']:,.0f} | {lat['p99']:,.0f} | {lat['mean']:,.0f} | |"
             )
         out.append("")
-        for strategy in ("ucb1", "thompson", "composite"):
+        for strategy in ("ucb1", "thompson", "composite", "adaptive"):
             top = decisions[strategy].get("top_costs")
             if top:
                 costs = ", ".join(
