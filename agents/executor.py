@@ -33,6 +33,7 @@ from app.faust_app import (
     routing_topic,
     settings,
 )
+from app.routing.fold import LOST_ATTEMPT_GRACE_S
 from app.runtime import policy_holder
 
 log = logging.getLogger(__name__)
@@ -54,26 +55,48 @@ async def _close_client(sender: Any, *args: Any, **kwargs: Any) -> None:
         _client = None
 
 
+def too_late(dispatch: Dispatch, now: float) -> bool:
+    """Past the deadline by half the router's grace: the router expires the attempt itself.
+
+    The router answers an attempt still open at deadline + grace with a ``lost``
+    error and closes it; an outcome folded after that counts for nothing (no
+    pull), so an executor that reaches a dispatch this late (a backlog after a
+    crash or under overload) reports nothing rather than race the expiry. Half
+    the grace leaves the other half for the outcome to reach the routing log.
+    """
+    return now > dispatch.deadline + LOST_ATTEMPT_GRACE_S / 2
+
+
 @app.agent(dispatch_topic, concurrency=settings.executor_concurrency)
 async def execute(stream: StreamT[bytes]) -> None:
     async for raw in stream:
         dispatch = Dispatch.model_validate_json(raw)
-        decision = dispatch.decision
-        provider = policy_holder().current.config.provider_by_id.get(decision.provider)
-        if provider is None:
-            # Decided under a config that had this provider; the one in force has not.
-            provider = _removed_provider(decision.provider)
-            result = CallResult(
-                StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
-            )
-        else:
-            result = await _call_in_time(dispatch, provider)
-        final = is_final(dispatch, result)
-        outcome = build_outcome(
-            dispatch, result, provider, occurred_at=datetime.now(UTC), final=final
+        await run_dispatch(dispatch)
+
+
+async def run_dispatch(dispatch: Dispatch) -> None:
+    """Call, publish the outcome and the feedback; nothing once the attempt is past saving."""
+    if too_late(dispatch, time.time()):
+        log.info(
+            "attempt %s#%s past its deadline: left to the router's expiry",
+            dispatch.decision.request_id,
+            dispatch.decision.attempt,
         )
-        _observe(outcome)
-        await _publish(dispatch, outcome, result)
+        return
+    decision = dispatch.decision
+    provider = policy_holder().current.config.provider_by_id.get(decision.provider)
+    if provider is None:
+        # Decided under a config that had this provider; the one in force has not.
+        provider = _removed_provider(decision.provider)
+        result = CallResult(
+            StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
+        )
+    else:
+        result = await _call_in_time(dispatch, provider)
+    final = is_final(dispatch, result)
+    outcome = build_outcome(dispatch, result, provider, occurred_at=datetime.now(UTC), final=final)
+    _observe(outcome)
+    await _publish(dispatch, outcome, result)
 
 
 async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:
