@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.config import ConfigError
+from app.settings import Strategy
 
 
 def _worker(_: argparse.Namespace) -> int:
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--timeout", type=float, default=150.0, help="seconds before giving up")
     demo.add_argument("--json", action="store_true", help="also print one JSON summary line")
-    demo.add_argument("--strategy", choices=["ucb1", "thompson", "composite"], default=None)
+    demo.add_argument("--strategy", choices=[s.value for s in Strategy], default=None)
     demo.add_argument(
         "--export", type=Path, default=None, help="write the recorded log here before stopping"
     )
