@@ -17,11 +17,12 @@ from factories import (
 )
 
 from app.events import StatusClass
-from app.routing import adaptive
+from app.routing import adaptive, strategies
 from app.routing.feedback import apply_outcome
 from app.routing.policy import Policy
 from app.routing.state import ArmState, Breaker, BreakerPhase, Recent, Sums
 from app.settings import Strategy
+from app.understanding.modes import RoutingMode
 
 PARAMS = params(strategy=Strategy.ADAPTIVE)
 CHEAP = provider(
@@ -178,3 +179,22 @@ def test_the_same_log_gives_the_same_decisions() -> None:
     pol = adaptive_policy()
     events = [accepted(f"d-{i}", T0 + i) for i in range(30)]
     assert fold(events, pol).decisions == fold(events, pol).decisions
+
+
+def test_modes_weigh_cost_and_waiting_as_seed_000_weighs_ucb1s_bonuses() -> None:
+    dear = provider(
+        "openai-x", cost_per_mtok_input=3.0, cost_per_mtok_output=8.0,
+        p95_latency_baseline_ms=850, quality_prior=0.90,
+    )  # fmt: skip
+    pol = policy(CHEAP, FAST, dear, strategy=Strategy.ADAPTIVE)
+    eligible = [(arm, ArmState()) for arm in pol.arms("chat")]
+
+    def pick(mode: RoutingMode) -> str:
+        ranking = strategies.rank(eligible, 0, "r", 1, pol, mode, T0)
+        return ranking.candidates[ranking.chosen].deployment
+
+    assert pick(RoutingMode.BALANCED) == dep("gemini-flash")
+    assert pick(RoutingMode.PRICE) == dep("deepseek-v3")
+    assert pick(RoutingMode.QUALITY) == dep("openai-x")
+    throughput = strategies.rank(eligible, 0, "r", 1, pol, RoutingMode.THROUGHPUT, T0)
+    assert "throughput_bonus" in throughput.candidates[0].factors

@@ -187,11 +187,19 @@ def _factors(recent: Recent, now: float, params: RoutingParams) -> tuple[float, 
     )
 
 
-def estimate(arm: Arm, recent: Recent, now: float, policy: Policy) -> Estimate:
+def estimate(
+    arm: Arm,
+    recent: Recent,
+    now: float,
+    policy: Policy,
+    cost_scale: float = 1.0,
+    wait_scale: float = 1.0,
+) -> Estimate:
     """The deployment's expected value per attempt at ``now``, with its parts.
 
-    Works on the sums and their decay factors directly (no model built: this runs
-    for every candidate of every decision); equal to estimating from ``decayed``.
+    ``cost_scale`` and ``wait_scale`` weigh the cost and waiting terms (a routing
+    mode). Works on the sums and their decay factors directly (no model built: this
+    runs for every candidate of every decision); equal to estimating from ``decayed``.
     """
     params = policy.params
     slow_weight, fast_weight = _factors(recent, now, params)
@@ -217,8 +225,8 @@ def estimate(arm: Arm, recent: Recent, now: float, policy: Policy) -> Estimate:
     cost = arm.workload_cost_usd
     exploration = params.adaptive_exploration / math.sqrt(1.0 + answers)
     value = (
-        success * (quality - cost / params.adaptive_answer_value_usd)
-        - params.adaptive_wait_cost_per_s * latency_s
+        success * (quality - cost_scale * cost / params.adaptive_answer_value_usd)
+        - wait_scale * params.adaptive_wait_cost_per_s * latency_s
         + exploration
     )
     return Estimate(success, quality, latency_s, cost, exploration, value)

@@ -59,7 +59,7 @@ def rank(
     if strategy is Strategy.COMPOSITE:
         return composite(eligible)
     if strategy is Strategy.ADAPTIVE:
-        return adaptive_ranking(eligible, now, policy)
+        return adaptive_ranking(eligible, now, policy, mode)
     return ucb1(eligible, total_started, policy, mode)
 
 
@@ -152,14 +152,27 @@ def composite(eligible: Eligible) -> Ranking:
     return Ranking(bandit.argmax_first(negated), candidates)
 
 
-def adaptive_ranking(eligible: Eligible, now: float, policy: Policy) -> Ranking:
-    """:mod:`app.routing.adaptive`: the highest expected value per attempt wins."""
+def adaptive_ranking(
+    eligible: Eligible, now: float, policy: Policy, mode: RoutingMode = DEFAULT_MODE
+) -> Ranking:
+    """:mod:`app.routing.adaptive`: the highest expected value per attempt wins.
+
+    A mode scales the cost and waiting terms as seed 000 §11 scales UCB1's cost and
+    latency bonuses against ``balanced`` (price: cost x3, waiting x1/3; quality: only
+    success and acceptance count ...) and adds ``throughput``'s tokens/s bonus.
+    """
+    weights, balanced = MODE_WEIGHTS[mode], MODE_WEIGHTS[RoutingMode.BALANCED]
+    cost_scale = weights.cost / balanced.cost
+    wait_scale = weights.latency / balanced.latency
     candidates: list[Candidate] = []
     values: list[float] = []
     for arm, state in eligible:
-        estimate = adaptive.estimate(arm, state.recent, now, policy)
-        candidates.append(
-            Candidate(deployment=arm.deployment, score=estimate.value, factors=estimate.factors())
-        )
-        values.append(estimate.value)
+        estimate = adaptive.estimate(arm, state.recent, now, policy, cost_scale, wait_scale)
+        factors = estimate.factors()
+        value = estimate.value
+        if weights.throughput > 0:
+            factors["throughput_bonus"] = throughput_bonus(state.tokens_per_s, weights.throughput)
+            value += factors["throughput_bonus"]
+        candidates.append(Candidate(deployment=arm.deployment, score=value, factors=factors))
+        values.append(value)
     return Ranking(bandit.argmax_first(values), candidates)
