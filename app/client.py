@@ -88,23 +88,29 @@ async def read_topics(
     done: Callable[[dict[str, list[dict[str, Any]]]], bool],
     timeout_s: float,
     linger_s: float = 1.0,
+    *,
+    stamp: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Read JSON records of ``topics`` from the start until ``done(records)`` or the timeout.
 
-    Then keeps reading for ``linger_s`` so that late duplicates are seen too.
+    Then keeps reading for ``linger_s`` so that late duplicates are seen too. With
+    ``stamp``, each record also gets its broker timestamp as ``_ts`` (epoch seconds).
     """
     follower = await TopicFollower(bootstrap, topics).start()
     records: dict[str, list[dict[str, Any]]] = {topic: [] for topic in follower.topics}
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
+
+    async def read_until(until: float, finished: Callable[[], bool]) -> None:
+        while loop.time() < until and not finished():
+            for record in await follower.poll():
+                value = json.loads(record.value or b"{}")
+                if stamp:
+                    value["_ts"] = record.timestamp / 1000.0
+                records[record.topic].append(value)
+
     try:
-        while loop.time() < deadline and not done(records):
-            for record in await follower.poll():
-                records[record.topic].append(json.loads(record.value or b"{}"))
-        linger_until = loop.time() + linger_s
-        while loop.time() < linger_until:
-            for record in await follower.poll():
-                records[record.topic].append(json.loads(record.value or b"{}"))
+        await read_until(loop.time() + timeout_s, lambda: done(records))
+        await read_until(loop.time() + linger_s, lambda: False)
     finally:
         await follower.stop()
     return records

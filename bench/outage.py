@@ -290,6 +290,7 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
     from llmock.chaos import ChaosSettings
     from llmock.testing import LLMockServer
 
+    from app.client import read_topics
     from app.embedded.simulated import SEED_003_MODELS
     from app.embedded.stack import EmbeddedStack
 
@@ -314,11 +315,12 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
             def done(records: dict[str, list[dict[str, Any]]]) -> bool:
                 return wanted <= {r["request_id"] for r in records[topics.responses]}
 
-            records = await _read_stamped(
+            records = await read_topics(
                 stack.broker.bootstrap,
                 [topics.responses, topics.decisions, topics.outcomes],
                 done,
                 timeout_s=120,
+                stamp=True,
             )
             args.out.mkdir(parents=True, exist_ok=True)
             dump = {"outage": [start, end], "records": records}
@@ -337,7 +339,7 @@ async def _warm_up(stack: EmbeddedStack, settle_s: float) -> None:
     With several workers the later ones join the group after the first answers; a
     second request after ``settle_s`` (past the session timeout) sees the settled group.
     """
-    from app.client import RequestPublisher
+    from app.client import RequestPublisher, read_topics
 
     for round_ in range(2 if settle_s else 1):
         await asyncio.sleep(settle_s if round_ else 0.0)
@@ -351,8 +353,8 @@ async def _warm_up(stack: EmbeddedStack, settle_s: float) -> None:
         finally:
             await publisher.stop()
         topic = stack.topics.responses
-        await _read_stamped(
-            stack.broker.bootstrap, [topic], _answered(request_id, topic), timeout_s=90
+        await read_topics(
+            stack.broker.bootstrap, [topic], _answered(request_id, topic), 90, linger_s=0.0
         )
 
 
@@ -361,29 +363,6 @@ def _answered(request_id: str, topic: str) -> Callable[[dict[str, list[dict[str,
         return any(r["request_id"] == request_id for r in records[topic])
 
     return done
-
-
-async def _read_stamped(
-    bootstrap: str,
-    topics: list[str],
-    done: Callable[[dict[str, list[dict[str, Any]]]], bool],
-    timeout_s: float,
-) -> dict[str, list[dict[str, Any]]]:
-    """Every JSON record of ``topics`` with its broker timestamp as ``_ts`` (seconds)."""
-    from app.client import TopicFollower
-
-    follower = await TopicFollower(bootstrap, topics).start()
-    records: dict[str, list[dict[str, Any]]] = {topic: [] for topic in follower.topics}
-    give_up = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < give_up and not done(records):
-            for record in await follower.poll():
-                value = json.loads(record.value or b"{}")
-                value["_ts"] = record.timestamp / 1000.0
-                records[record.topic].append(value)
-    finally:
-        await follower.stop()
-    return records
 
 
 def render(results: list[OutageResult]) -> str:

@@ -1,7 +1,10 @@
 """The router's state: one row per route, co-partitioned with the routing log.
 
-A row is a :class:`app.routing.state.RouteState` as JSON. It is written once per
-routing-log event, so an event's whole effect lands in one changelog record.
+A row is a :class:`app.routing.state.RouteState` as JSON. The router writes it
+once the sends of every event it includes are acknowledged (agents/router.py),
+so one changelog record carries the whole effect of one or more consecutive
+routing-log events, never part of one, and never an event whose records could
+still be lost.
 """
 
 from __future__ import annotations
