@@ -84,6 +84,13 @@ class RoutingParams(BaseSettings):
     request_deadline_s: float = Field(
         default=120.0, gt=0.0, validation_alias="SWITCHYARD_REQUEST_DEADLINE_S"
     )
+    #: Attempts that may wait per route when every candidate is saturated, open or
+    #: cooling down (beyond: answered ``no_deployment_available`` at once).
+    max_parked: int = Field(default=256, ge=0, validation_alias="SWITCHYARD_MAX_PARKED")
+    #: Longest wait between two looks for a deployment (the backoff doubles up to it).
+    max_park_wait_s: float = Field(
+        default=2.0, gt=0.0, validation_alias="SWITCHYARD_MAX_PARK_WAIT_S"
+    )
     # -- the ``adaptive`` strategy (app/routing/adaptive.py). An attempt is worth
     # p x (q - cost_usd / ADAPTIVE_ANSWER_VALUE_USD) - ADAPTIVE_WAIT_COST_PER_S x latency_s
     # answers: p its success rate, q the acceptance of its answer.

@@ -24,6 +24,7 @@ from app.events import (
     Outcome,
     RequestAccepted,
     Response,
+    RouteTick,
     StatusClass,
     derived_id,
 )
@@ -254,7 +255,7 @@ class Folded:
 
 
 def fold(
-    events: Iterable[AttemptFinished | RequestAccepted],
+    events: Iterable[AttemptFinished | RequestAccepted | RouteTick],
     pol: Policy,
     state: RouteState | None = None,
     start: int | None = None,

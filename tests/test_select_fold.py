@@ -304,8 +304,8 @@ def test_no_deployment_left_gives_error_response() -> None:
     assert step.state.arm(B).breaker.failures == 1
 
 
-def test_no_candidate_at_first_attempt() -> None:
-    pol = policy(provider("a"), provider("b"))
+def test_no_candidate_at_first_attempt_when_waiting_is_off() -> None:
+    pol = policy(provider("a"), provider("b"), max_parked=0)
     state = route_state(
         {A: arm(5, 0.5, breaker=open_breaker(T0)), B: arm(5, 0.5, breaker=open_breaker(T0))},
         T0,
@@ -357,9 +357,8 @@ def test_half_open_transition_persisted_even_without_dispatch() -> None:
     pol = policy(provider("a"))
     state = route_state({A: arm(10, 0.1, breaker=open_breaker(T0), in_flight=3)}, T0)
     step = handle(state, accepted("r", T0 + 61), 1, pol)
-    assert step.dispatches == []
-    assert step.responses[0].error is not None
-    assert "breaker_half_open_probe_in_flight" in step.responses[0].error.message
+    assert step.dispatches == [] and step.responses == []
+    assert list(step.state.parked) == ["r#1"]  # waits for the probe in flight
     assert step.state.arm(A).breaker.state is BreakerPhase.HALF_OPEN
 
 
@@ -379,11 +378,15 @@ def test_concurrency_full_excluded() -> None:
     assert after.state.arm(A).in_flight == 1
 
 
-def test_concurrency_full_everywhere_gives_error() -> None:
+def test_concurrency_full_everywhere_waits_or_with_waiting_off_gives_error() -> None:
     pol = policy(provider("a", max_concurrency=2))
     run = fold([accepted(f"r{i}", T0 + i) for i in range(3)], pol)
     assert len(run.dispatches) == 2
-    (response,) = run.responses
+    assert run.responses == [] and list(run.state.parked) == ["r2#1"]
+    no_wait = fold([accepted(f"r{i}", T0 + i) for i in range(3)], policy(
+        provider("a", max_concurrency=2), max_parked=0
+    ))  # fmt: skip
+    (response,) = no_wait.responses
     assert response.request_id == "r2"
     assert response.error is not None
     assert "concurrency_full" in response.error.message

@@ -20,6 +20,10 @@ An attempt still open when its request's deadline (plus a grace) has passed is
 closed with a ``lost`` error response all the same (a safety net: an outcome
 that never came back), so no accepted request goes unanswered.
 ``RouteTick`` events move the clock on idle routes.
+
+When every candidate is saturated, open or cooling down, the attempt waits in
+the state (:mod:`app.routing.parking`) and is routed on a later event once its
+backoff has passed, or answered with ``deadline_exceeded`` at its deadline.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from app.events import (
     Decision,
     Dispatch,
     ErrorBody,
+    Exclusion,
     RequestAccepted,
     Response,
     RouteTick,
@@ -39,12 +44,12 @@ from app.events import (
     StatusClass,
     derived_id,
 )
-from app.routing import bandit
+from app.routing import bandit, parking
 from app.routing.candidates import plan_candidates, tenant_policy
 from app.routing.feedback import apply_outcome
 from app.routing.policy import Policy
 from app.routing.select import select
-from app.routing.state import ArmState, OpenAttempt, RouteState, attempt_key
+from app.routing.state import ArmState, OpenAttempt, Parked, RouteState, attempt_key
 from app.routing.strategies import ALGORITHM_VERSION
 from app.understanding.guardrails import admit, prune, retry_after_s
 
@@ -82,7 +87,8 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     elif isinstance(event, RequestAccepted):
         source = f"{event.source.topic}:{event.source.partition}"
         copy = event.source.offset <= state.accepted_through.get(source, -1)
-        if copy or attempt_key(event.request.request_id, 1) in state.open_attempts:
+        first = attempt_key(event.request.request_id, 1)
+        if copy or first in state.open_attempts or first in state.parked:
             step = Step(state, applied=False)
         else:
             marks = {**state.accepted_through, source: event.source.offset}
@@ -90,9 +96,41 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
             step = _admit(state, event, policy)
     else:
         step = _finish(state, event, policy)
+    if step.state.parked:
+        step = _look_again(step, policy)
     if expired:
         return Step(step.state, step.dispatches, expired + step.responses, step.applied)
     return step
+
+
+def _look_again(step: Step, policy: Policy) -> Step:
+    """Route the parked attempts whose wait is over, oldest first; answer the late ones."""
+    state = step.state
+    due = sorted((p.retry_at, key) for key, p in state.parked.items() if p.retry_at <= state.clock)
+    dispatches, responses = list(step.dispatches), list(step.responses)
+    for _, key in due:
+        parked = state.parked[key]
+        state = state.model_copy(
+            update={"parked": {k: v for k, v in state.parked.items() if k != key}}
+        )
+        request_id = parked.accepted.request.request_id
+        if state.clock >= deadline_of(parked.accepted, policy):
+            error = ErrorBody(
+                type="deadline_exceeded",
+                message=f"no deployment became available within "
+                f"{policy.params.request_deadline_s:g}s ({parked.waits} waits)",
+                code="deadline_exceeded",
+                http_status=504,
+            )
+            responses.append(_error_response(request_id, parked.attempt - 1, state, error))
+            continue
+        routed = _route(
+            state, parked.accepted, parked.attempt, parked.tried, policy, parked.waits + 1
+        )
+        state = routed.state
+        dispatches += routed.dispatches
+        responses += routed.responses
+    return Step(state, dispatches, responses, step.applied)
 
 
 def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]]:
@@ -154,7 +192,12 @@ def _admit(state: RouteState, accepted: RequestAccepted, policy: Policy) -> Step
 
 
 def _route(
-    state: RouteState, accepted: RequestAccepted, attempt: int, tried: list[str], policy: Policy
+    state: RouteState,
+    accepted: RequestAccepted,
+    attempt: int,
+    tried: list[str],
+    policy: Policy,
+    waits: int = 0,
 ) -> Step:
     request_id = accepted.request.request_id
     plan = plan_candidates(accepted, policy, attempt, tried)
@@ -167,6 +210,9 @@ def _route(
     chosen = selection.chosen
     if chosen is None:
         state = state.model_copy(update={"arms": arms})
+        parked = _park(state, accepted, attempt, tried, waits, selection.excluded, policy)
+        if parked is not None:
+            return Step(parked)
         reasons = ", ".join(f"{e.deployment}: {e.reason}" for e in selection.excluded)
         error = ErrorBody(
             type="no_deployment_available",
@@ -229,6 +275,27 @@ def _route(
         deadline=deadline_of(accepted, policy),
     )
     return Step(state, dispatches=[dispatch])
+
+
+def _park(
+    state: RouteState,
+    accepted: RequestAccepted,
+    attempt: int,
+    tried: list[str],
+    waits: int,
+    excluded: list[Exclusion],
+    policy: Policy,
+) -> RouteState | None:
+    """The state with this attempt waiting for a deployment, or None when waiting can't help."""
+    if not parking.worth_waiting(excluded) or len(state.parked) >= policy.params.max_parked:
+        return None
+    request_id = accepted.request.request_id
+    retry_at = state.clock + parking.wait_s(request_id, attempt, waits, policy)
+    if retry_at >= deadline_of(accepted, policy):
+        return None
+    entry = Parked(accepted=accepted, attempt=attempt, tried=tried, retry_at=retry_at, waits=waits)
+    key = attempt_key(request_id, attempt)
+    return state.model_copy(update={"parked": {**state.parked, key: entry}})
 
 
 def _finish(state: RouteState, event: AttemptFinished, policy: Policy) -> Step:

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.events import RequestAccepted
 from app.understanding.guardrails import RateWindow
 
 #: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
@@ -101,6 +102,17 @@ class OpenAttempt(Model):
     deadline: float
 
 
+class Parked(Model):
+    """An attempt waiting for a deployment: every candidate was saturated, open or cooling."""
+
+    accepted: RequestAccepted
+    attempt: int
+    tried: list[str] = Field(default_factory=list)
+    #: Route-clock time of the next look (backoff); how many looks found nothing yet.
+    retry_at: float
+    waits: int = 0
+
+
 class RouteState(Model):
     #: Route clock: the largest event time seen, in epoch seconds. Never goes back.
     clock: float = 0.0
@@ -118,6 +130,8 @@ class RouteState(Model):
     expiry_check_at: float = 0.0
     #: Per-tenant request windows (seed 000 §9 step 3), on the route clock.
     rate: RateWindow = Field(default_factory=RateWindow)
+    #: Attempts waiting for a deployment, by ``request_id#attempt`` (app/routing/parking.py).
+    parked: dict[str, Parked] = Field(default_factory=dict)
 
     def arm(self, deployment: str) -> ArmState:
         return self.arms.get(deployment) or ArmState()

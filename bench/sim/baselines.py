@@ -70,6 +70,14 @@ class Baseline:
         not_before = self.clock + backoff_s(request_id, attempt, self.policy)
         return [Choice(request_id, attempt, chosen, excluded, not_before, deadline)]
 
+    def waiting(self, request_id: str) -> bool:
+        """Baselines never park a request."""
+        return False
+
+    def answered(self) -> list[str]:
+        """Baselines answer through the engine: no attempt left means the last error."""
+        return []
+
     def arms_for(self, accepted: RequestAccepted) -> list[str]:
         """The deployments this policy may choose for the request (default models)."""
         return self.arms

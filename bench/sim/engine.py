@@ -58,6 +58,7 @@ class _Request:
     event: RequestAccepted
     tried: list[str] = field(default_factory=list)
     cost: float = 0.0
+    done: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class _Run:
         self.max_attempts = Policy(scenario.config, policies.params_of(policy)).max_attempts(ROUTE)
         self.rng = random.Random(f"switchyard-bench/{seed}/{scenario.id}")
         self.queue: list[tuple[float, int, int | _Start | _Completion]] = []
+        self.by_id: dict[str, _Request] = {}
         self.sequence = 0
         self.result = RunResult(scenario.id, policy, requests, [0.0] * requests)
         self.result.share = {t.deployment: [0] * SHARE_BINS for t in scenario.truths}
@@ -169,16 +171,26 @@ class _Run:
         if not isinstance(event, RequestAccepted):
             raise RuntimeError(f"ingest refused a simulated request: {event.detail}")
         request = _Request(index, seed, t, domain, event)
+        self.by_id[event.request.request_id] = request
         choices = self.fold(event)
-        if not choices:
-            self.finish(request, t, None)
-        self.decided(request, choices, t)
+        self.unless_routed(request, choices, t)
+        self.decided(choices, t)
 
-    def decided(self, request: _Request, choices: list[Choice], t: float) -> None:
+    def unless_routed(self, request: _Request, choices: list[Choice], t: float) -> None:
+        """No attempt for this request and none waiting: its last error stands."""
+        request_id = request.event.request.request_id
+        routed = any(c.request_id == request_id for c in choices)
+        if not routed and not self.router.waiting(request_id):
+            self.finish(request, t, None)
+
+    def decided(self, choices: list[Choice], t: float) -> None:
+        """Start the attempts the router dispatched (a waiting request's included), and
+        end the requests it answered without an attempt (a wait that reached its deadline)."""
+        for request_id in self.router.answered():
+            self.finish(self.by_id[request_id], t, None)
         incident = self.scenario.incident
         for choice in choices:
-            if choice.request_id != request.event.request.request_id:
-                raise RuntimeError(f"router answered {choice.request_id} while routing another")
+            request = self.by_id[choice.request_id]
             if (
                 incident is not None
                 and self.result.detection_s is None
@@ -263,11 +275,14 @@ class _Run:
         choices = self.fold(finished)
         if final:
             self.finish(request, t, call)
-        elif not choices:
-            self.finish(request, t, None)  # nothing left to try: the last error stands
-        self.decided(request, choices, t)
+        else:
+            self.unless_routed(request, choices, t)
+        self.decided(choices, t)
 
     def finish(self, request: _Request, t: float, last: Call | None) -> None:
+        if request.done:
+            return
+        request.done = True
         success = last is not None and last.status is StatusClass.SUCCESS
         accepted = success and last is not None and last.accepted
         latency_s = t - request.arrived

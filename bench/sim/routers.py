@@ -50,6 +50,14 @@ class Choice:
 class Router(Protocol):
     def fold(self, event: RequestAccepted | AttemptFinished) -> list[Choice]: ...
 
+    def waiting(self, request_id: str) -> bool:
+        """Is an attempt of this request waiting for a deployment (parked)?"""
+        ...
+
+    def answered(self) -> list[str]:
+        """Requests the last fold answered (the engine ends those not ended yet)."""
+        ...
+
 
 class FoldRouter:
     """The live router's pure fold, with its state held between events."""
@@ -59,11 +67,19 @@ class FoldRouter:
         self.state = RouteState()
         #: Routing-log offset of the last event folded.
         self.position = -1
+        self._answered: list[str] = []
+
+    def waiting(self, request_id: str) -> bool:
+        return any(p.accepted.request.request_id == request_id for p in self.state.parked.values())
+
+    def answered(self) -> list[str]:
+        return self._answered
 
     def fold(self, event: RequestAccepted | AttemptFinished) -> list[Choice]:
         self.position += 1
         step = handle(self.state, event, self.position, self.policy)
         self.state = step.state
+        self._answered = [r.request_id for r in step.responses]
         return [
             Choice(
                 d.decision.request_id,
