@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.outage import _Favourite, _trip
+from bench.outage import _Favourite
+from bench.outage_metrics import trip_delay
 
 DEAD = "openai-gpt-4.1:gpt-4.1"
 OTHER = "gemini-2.5-flash:gemini-2.5-flash"
@@ -25,7 +26,7 @@ def test_trip_lag_runs_from_the_last_failure_to_the_first_excluding_decision() -
         decision(12.0, OTHER, breaker=True),
         decision(20.0, DEAD, rule="half_open_probe"),
     ]
-    lag, leaked = _trip(decisions, outcomes, DEAD, start=9.0, end=30.0)
+    lag, leaked = trip_delay(decisions, outcomes, DEAD, start=9.0, end=30.0)
     assert lag is not None and round(lag) == 30
     assert leaked == 0
 
@@ -33,11 +34,11 @@ def test_trip_lag_runs_from_the_last_failure_to_the_first_excluding_decision() -
 def test_a_non_probe_decision_after_the_trip_is_a_leak() -> None:
     decisions = [decision(11.0, OTHER, breaker=True), decision(12.0, DEAD)]
     outcomes = [{"_ts": 10.0, "deployment": DEAD}]
-    assert _trip(decisions, outcomes, DEAD, start=9.0, end=30.0)[1] == 1
+    assert trip_delay(decisions, outcomes, DEAD, start=9.0, end=30.0)[1] == 1
 
 
 def test_no_trip_no_lag() -> None:
-    assert _trip([decision(11.0, OTHER)], [], DEAD, start=9.0, end=30.0) == (None, 0)
+    assert trip_delay([decision(11.0, OTHER)], [], DEAD, start=9.0, end=30.0) == (None, 0)
 
 
 def test_the_favourite_is_the_most_chosen_ties_in_config_order() -> None:
