@@ -129,6 +129,7 @@ def test_env_overrides_drive_the_fold(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("CB_FAILURE_THRESHOLD", "2")
     clean_env.setenv("CB_TIMEOUT_S", "10")
     clean_env.setenv("CB_HALF_OPEN_MAX_CALLS", "1")
+    clean_env.setenv("SWITCHYARD_MAX_PARKED", "0")  # refuse instead of waiting (test_parking)
     pol = Policy(routing_config(provider("a")), RoutingParams())
     a = dep("a")
     run = fold(
@@ -298,7 +299,7 @@ def test_half_open_admits_one_probe_at_a_time() -> None:
 
 
 def test_full_breaker_lifecycle_through_fold() -> None:
-    pol = policy(provider("a"))
+    pol = policy(provider("a"), max_parked=0)  # refuse instead of waiting (test_parking)
     a = dep("a")
     events: list[RequestAccepted | AttemptFinished] = []
     t = T0
