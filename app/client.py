@@ -82,6 +82,18 @@ class TopicFollower:
                 yield record
 
 
+def all_answered(
+    request_ids: Iterable[str], topic: str
+) -> Callable[[dict[str, list[dict[str, Any]]]], bool]:
+    """A ``read_topics`` stop condition: every one of ``request_ids`` has a record on ``topic``."""
+    wanted = set(request_ids)
+
+    def done(records: dict[str, list[dict[str, Any]]]) -> bool:
+        return wanted <= {r.get("request_id") for r in records[topic]}
+
+    return done
+
+
 async def read_topics(
     bootstrap: str,
     topics: Iterable[str],

@@ -75,7 +75,7 @@ async def _total_pulls(port: str) -> int:
 
 
 async def crash(args: argparse.Namespace) -> dict[str, Any]:
-    from app.client import read_topics
+    from app.client import all_answered, read_topics
     from app.embedded.stack import EmbeddedStack
 
     ids = [f"crash-{i:06d}" for i in range(args.requests)]
@@ -89,14 +89,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         )
         wanted = set(ids)
         topics = stack.topics
-
-        def done(records: dict[str, list[dict[str, Any]]]) -> bool:
-            return wanted <= {r["request_id"] for r in records[topics.responses]}
-
         records = await read_topics(
             stack.broker.bootstrap,
             [topics.responses, topics.outcomes, topics.deadletter],
-            done,
+            all_answered(ids, topics.responses),
             timeout_s=300,
         )
         port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]

@@ -26,10 +26,9 @@ import argparse
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -161,7 +160,7 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
     from llmock.chaos import ChaosSettings
     from llmock.testing import LLMockServer
 
-    from app.client import read_topics
+    from app.client import all_answered, read_topics
     from app.embedded.simulated import SEED_003_MODELS
     from app.embedded.stack import EmbeddedStack
 
@@ -181,15 +180,10 @@ async def run_one(strategy: str, args: argparse.Namespace) -> OutageResult:
             await _warm_up(stack, settle_s=8.0 if args.workers > 1 else 0.0)
             ids, start, end, dead = await _drive(stack, servers, args.rate, args.compression)
             topics = stack.topics
-            wanted = set(ids)
-
-            def done(records: dict[str, list[dict[str, Any]]]) -> bool:
-                return wanted <= {r["request_id"] for r in records[topics.responses]}
-
             records = await read_topics(
                 stack.broker.bootstrap,
                 [topics.responses, topics.decisions, topics.outcomes],
-                done,
+                all_answered(ids, topics.responses),
                 timeout_s=120,
                 stamp=True,
             )
@@ -217,7 +211,7 @@ async def _warm_up(stack: EmbeddedStack, settle_s: float) -> None:
     With several workers the later ones join the group after the first answers; a
     second request after ``settle_s`` (past the session timeout) sees the settled group.
     """
-    from app.client import RequestPublisher, read_topics
+    from app.client import RequestPublisher, all_answered, read_topics
 
     for round_ in range(2 if settle_s else 1):
         await asyncio.sleep(settle_s if round_ else 0.0)
@@ -232,15 +226,8 @@ async def _warm_up(stack: EmbeddedStack, settle_s: float) -> None:
             await publisher.stop()
         topic = stack.topics.responses
         await read_topics(
-            stack.broker.bootstrap, [topic], _answered(request_id, topic), 90, linger_s=0.0
+            stack.broker.bootstrap, [topic], all_answered([request_id], topic), 90, linger_s=0.0
         )
-
-
-def _answered(request_id: str, topic: str) -> Callable[[dict[str, list[dict[str, Any]]]], bool]:
-    def done(records: dict[str, list[dict[str, Any]]]) -> bool:
-        return any(r["request_id"] == request_id for r in records[topic])
-
-    return done
 
 
 def run(args: argparse.Namespace) -> int:
