@@ -42,11 +42,11 @@ from app.execution.call import (
     call_provider,
     cost_usd,
     is_final,
-    parse_retry_after,
     request_body,
     reward,
 )
 from app.execution.http import Transport, make_client
+from app.execution.retry_after import parse_retry_after
 from app.routing.reliability import is_retriable
 
 KEY = "fake-test-9f3c1d7e-SECRET"
