@@ -95,7 +95,7 @@ def observe(
         return base
     slow = _added(base.slow, counted, failed, answered, reward, latency_s)
     fast = _added(base.fast, counted, failed, answered, reward, latency_s)
-    return Recent(at=max(base.at, now), slow=_restarted(slow, fast, params), fast=fast)
+    return Recent(at=base.at, slow=_restarted(slow, fast, params), fast=fast)
 
 
 def _contradicts(reference: float, total: float, count: float, params: RoutingParams) -> bool:

@@ -45,6 +45,11 @@ def on_success(breaker: Breaker, params: BreakerParams) -> Breaker:
     return breaker
 
 
+def closed_again(before: Breaker, after: Breaker) -> bool:
+    """The breaker probed its way back to CLOSED: the failures that opened it are spent."""
+    return before.state is not BreakerPhase.CLOSED and after.state is BreakerPhase.CLOSED
+
+
 def on_failure(breaker: Breaker, now: float, params: BreakerParams) -> Breaker:
     failures = breaker.failures + 1
     if breaker.state is BreakerPhase.HALF_OPEN or failures >= params.failure_threshold:

@@ -6,7 +6,7 @@ from app.events import Outcome, StatusClass
 from app.routing import adaptive, bandit, breaker
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
-from app.routing.state import ArmState, Breaker, BreakerPhase, Recent
+from app.routing.state import ArmState, Breaker, Recent
 from app.understanding.modes import ema_throughput, throughput_sample
 
 
@@ -58,9 +58,8 @@ def _recent(
         reward=outcome.reward,
         latency_s=outcome.latency_ms / 1000.0,
     )
-    moved = update.get("breaker", arm.breaker)
-    closed_again = isinstance(moved, Breaker) and moved.state is BreakerPhase.CLOSED
-    if arm.breaker.state is BreakerPhase.HALF_OPEN and closed_again:
+    moved = update.get("breaker")
+    if isinstance(moved, Breaker) and breaker.closed_again(arm.breaker, moved):
         recent = adaptive.forget_failures(recent)
     return recent
 
@@ -95,7 +94,6 @@ def _health_update(
     else:
         moved = breaker.on_failure(arm.breaker, now, params)
     update["breaker"] = moved
-    if params.ewma and moved.state is BreakerPhase.CLOSED and arm.breaker.state is not moved.state:
-        # Closed after probing: the failure history that tripped it is spent.
+    if params.ewma and breaker.closed_again(arm.breaker, moved):
         update.update(ewma_failure=0.0, observations=0)
     return update
