@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -154,6 +154,12 @@ class Settings(BaseSettings):
     replication_factor: int = Field(default=1, ge=1)
     web_host: str = "127.0.0.1"
     web_port: int = 6066
+    #: Faust's own ``/table/*`` and ``/router/*`` views: off (404) unless set, and then
+    #: behind the admin token (app/web_auth.py).
+    web_builtin_views: bool = False
+    #: ``Authorization: Bearer`` token of every HTTP view but ``/metrics`` and ``/``; unset:
+    #: those views are served to loopback clients only. Never logged.
+    admin_token: SecretStr | None = None
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
     executor_concurrency: int = Field(default=256, ge=1)
