@@ -293,7 +293,15 @@ class DeadLetter(Envelope):
 
     type: Literal["deadletter"] = "deadletter"
     reason: Literal[
-        "not_json", "not_object", "schema_violation", "unknown_route", "oversized", "internal"
+        "not_json",
+        "not_object",
+        "schema_violation",
+        "unknown_route",
+        "oversized",
+        "internal",
+        "too_deep",
+        "bad_number",
+        "bad_text",
     ]
     detail: str
     source: LogPosition

@@ -32,6 +32,9 @@ def build_app(settings: Settings) -> faust.App:
         web_port=settings.web_port,
         web_in_thread=False,
         producer_linger_ms=1,
+        # Room for the largest request's envelopes (Settings.max_record_bytes): Faust's
+        # default, 1,000,000, refused a valid 999.7 KB request's RequestAccepted.
+        producer_max_request_size=settings.producer_max_request_size,
         # At-least-once: Tansu has no transactions, and every update is idempotent.
         processing_guarantee="at_least_once",
     )

@@ -2,6 +2,14 @@
 
 Pure: bytes, where they were in the log, their log timestamp and the config in;
 a ``RequestAccepted`` or a ``DeadLetter`` out. Never raises on input.
+
+Besides the schema, three things Python's ``json`` lets through (or chokes on) are
+checked explicitly, each with its dead-letter reason: nesting deeper than
+``max_json_depth`` (``too_deep``; 10,000 levels used to raise RecursionError),
+integers longer than ``max_int_digits`` and NaN/Infinity (``bad_number``; past
+4,300 digits ``int()`` raises ValueError), and strings, keys included, holding a
+lone UTF-16 surrogate such as ``"\ud800"`` (``bad_text``; they cannot be
+re-serialised as UTF-8).
 """
 
 from __future__ import annotations
@@ -9,18 +17,32 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
 from app.config import RoutingConfig
 from app.events import ChatRequest, DeadLetter, LogPosition, RequestAccepted, derived_id
+from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
 from app.understanding.features import extract_features
 from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
 from app.understanding.modes import ModelRef, parse_model_id
 from app.understanding.text import prompt_text
+
+#: A lone UTF-16 surrogate: valid in a Python str, not encodable as UTF-8.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+class _Refused(Exception):
+    """Raised by the JSON parser's hooks: the record is dead-lettered with this reason."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
 
 
 def dead_letter(
@@ -61,6 +83,69 @@ def _route_of(ref: ModelRef, config: RoutingConfig) -> str | None:
     return candidates[0] if candidates else config.default_route
 
 
+def parse_json(raw: bytes, max_int_digits: int) -> Any:
+    """``json.loads``, refusing long integers and NaN/Infinity as it meets them."""
+
+    def integer(text: str) -> int:
+        digits = len(text) - text.startswith("-")
+        if digits > max_int_digits:
+            raise _Refused("bad_number", f"an integer of {digits} digits > limit {max_int_digits}")
+        return int(text)
+
+    def constant(text: str) -> float:
+        raise _Refused("bad_number", f"{text} is not a JSON number")
+
+    return json.loads(raw, parse_int=integer, parse_constant=constant)
+
+
+def inspect_json(data: Any, max_depth: int) -> tuple[str, str] | None:
+    """(reason, detail) for nesting deeper than ``max_depth`` or a lone surrogate in any
+    string or key; None when neither. Iterative: depth costs no stack."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return "bad_text", "a string holds a lone UTF-16 surrogate"
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth >= max_depth:
+            return "too_deep", f"nesting deeper than {max_depth} levels"
+        if isinstance(value, dict):
+            stack.extend((key, depth) for key in value)
+            stack.extend((item, depth + 1) for item in value.values())
+        else:
+            stack.extend((item, depth + 1) for item in value)
+    return None
+
+
+def _read(raw: bytes, max_int_digits: int, max_depth: int) -> tuple[Any, tuple[str, str] | None]:
+    """The parsed JSON value, or (reason, detail) when it cannot be taken."""
+    try:
+        data = parse_json(raw, max_int_digits)
+        return data, inspect_json(data, max_depth)
+    except _Refused as exc:
+        return None, (exc.reason, exc.detail)
+    except RecursionError:  # deeper than the interpreter's stack, let alone max_depth
+        return None, ("too_deep", f"nesting deeper than {max_depth} levels")
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return None, ("not_json", str(exc)[:200])
+
+
+def encode_accepted(
+    accepted: RequestAccepted, raw: bytes, *, max_accepted_bytes: int, deadletter_max_bytes: int
+) -> bytes | DeadLetter:
+    """The record forwarded to the routing log, or an ``oversized`` dead letter when the
+    re-serialised request (defaults filled in) outgrows what every envelope has room for."""
+    value = accepted.model_dump_json().encode()
+    if len(value) <= max_accepted_bytes:
+        return value
+    detail = f"re-serialised request {len(value)} bytes > limit {max_accepted_bytes}"
+    when, source = accepted.occurred_at, accepted.source
+    return dead_letter("oversized", detail, raw, source, when, deadletter_max_bytes)
+
+
 def accept(
     raw: bytes | None,
     source: LogPosition,
@@ -69,15 +154,16 @@ def accept(
     *,
     max_request_bytes: int,
     deadletter_max_bytes: int,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_int_digits: int = DEFAULT_MAX_INT_DIGITS,
 ) -> RequestAccepted | DeadLetter:
     raw = raw or b""
     if len(raw) > max_request_bytes:
         detail = f"{len(raw)} bytes > limit {max_request_bytes}"
         return dead_letter("oversized", detail, raw, source, when, deadletter_max_bytes)
-    try:
-        data: Any = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return dead_letter("not_json", str(exc)[:200], raw, source, when, deadletter_max_bytes)
+    data, problem = _read(raw, max_int_digits, max_json_depth)
+    if problem is not None:
+        return dead_letter(*problem, raw, source, when, deadletter_max_bytes)
     if not isinstance(data, dict):
         detail = f"expected a JSON object, got {type(data).__name__}"
         return dead_letter("not_object", detail, raw, source, when, deadletter_max_bytes)

@@ -13,8 +13,15 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Defaults of ``max_json_depth`` and ``max_int_digits`` (app/ingest.py takes them too).
+DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_INT_DIGITS = 100
+#: A record's key (a route name or a request id, at most a few hundred bytes) and its
+#: framing in a Kafka record batch (aiokafka estimates ~70 bytes): room to spare.
+RECORD_FRAMING_BYTES = 4096
 
 
 class Strategy(StrEnum):
@@ -153,7 +160,7 @@ class Settings(BaseSettings):
     partitions: int = Field(default=4, ge=1)
     replication_factor: int = Field(default=1, ge=1)
     web_host: str = "127.0.0.1"
-    web_port: int = 6066
+    web_port: int = Field(default=6066, ge=1, le=65535)
     #: Faust's own ``/table/*`` and ``/router/*`` views: off (404) unless set, and then
     #: behind the admin token (app/web_auth.py).
     web_builtin_views: bool = False
@@ -163,8 +170,15 @@ class Settings(BaseSettings):
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
     executor_concurrency: int = Field(default=256, ge=1)
-    #: Largest accepted request, in bytes of its JSON.
+    #: Largest accepted request, in bytes of its JSON (as published, and as re-serialised).
     max_request_bytes: int = Field(default=1_000_000, ge=1024)
+    #: Room for what an envelope adds around one request or one completion (ids, features,
+    #: a decision's candidate list, an outcome): see ``max_record_bytes``.
+    envelope_room_bytes: int = Field(default=256 * 1024, ge=16 * 1024)
+    #: Deepest nesting of arrays and objects in a request (deeper: dead letter ``too_deep``).
+    max_json_depth: int = Field(default=DEFAULT_MAX_JSON_DEPTH, ge=8, le=500)
+    #: Most digits of one integer in a request (more: ``bad_number``; Python stops at 4,300).
+    max_int_digits: int = Field(default=DEFAULT_MAX_INT_DIGITS, ge=20, le=4300)
     #: How much of a rejected event the dead-letter record keeps.
     deadletter_max_bytes: int = Field(default=4096, ge=64)
     #: Turn on the Tansu workarounds (``app.compat.tansu``). The embedded stack sets it.
@@ -175,6 +189,58 @@ class Settings(BaseSettings):
 
     topics: Topics = Field(default_factory=Topics)
     routing: RoutingParams = Field(default_factory=RoutingParams)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_can_be_made(cls, value: Path) -> Path:
+        """An absolute data dir's parent must exist (a typo is an error, not a new tree);
+        a relative one (the default) is made in the working directory, parents included."""
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} exists and is not a directory")
+        if value.is_absolute() and not value.parent.is_dir():
+            raise ValueError(f"parent directory {value.parent} does not exist")
+        return value
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record value a worker writes: a request or a completion plus its envelope.
+
+        With R = ``max_request_bytes`` and E = ``envelope_room_bytes`` (defaults 1,000,000 and
+        262,144): ingest accepts a request whose ``RequestAccepted`` is at most R + E/4 (the
+        re-serialised request, plus ~1-2 KB of ids, features and source). The ``Dispatch``
+        that embeds it adds a decision (~300 bytes per candidate, so E x 3/4 covers ~600
+        candidates); the ``AttemptFinished`` that carries it as ``retry`` adds an outcome
+        (~1 KB). A completion is delivered when its ``AttemptFinished`` fits in R + E
+        (``response_too_large`` otherwise), and its ``Response`` is smaller still.
+        """
+        return self.max_request_bytes + self.envelope_room_bytes
+
+    @property
+    def max_accepted_bytes(self) -> int:
+        """The largest ``RequestAccepted`` ingest forwards (see ``max_record_bytes``)."""
+        return self.max_request_bytes + self.envelope_room_bytes // 4
+
+    @property
+    def producer_max_request_size(self) -> int:
+        """Every producer's ``max_request_size``: the largest record plus its key and framing."""
+        return self.max_record_bytes + RECORD_FRAMING_BYTES
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line naming each bad setting by its environment variable, without its value."""
+    prefix = {"Topics": "SWITCHYARD_TOPIC_", "Settings": "SWITCHYARD_"}.get(error.title, "")
+    parts = []
+    for item in error.errors():
+        name = str(item["loc"][0]) if item["loc"] else "(settings)"
+        if prefix and not name.isupper():
+            name = prefix + name.upper()
+        message = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{name}: {message}")
+    return "; ".join(parts)
+
+
+#: The setting models, whose validation errors ``describe_error`` explains.
+SETTINGS_MODELS = frozenset({"Settings", "Topics", "RoutingParams"})
 
 
 @lru_cache(maxsize=1)

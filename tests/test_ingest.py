@@ -96,3 +96,114 @@ def test_derived_ids_are_uuid5_of_the_joined_parts() -> None:
     for parts in [("decision", "r1", 1), ("x",), ("ünï", "cødé", 3)]:
         expected = uuid.uuid5(_ID_NAMESPACE, "/".join(map(str, parts)))
         assert derived_id(*parts) == str(expected)
+
+
+# --------------------------------------------------------------------------- poison (issue 17 §3)
+
+
+def run_big(raw: bytes) -> RequestAccepted | DeadLetter:
+    return accept(raw, WHERE, WHEN, CONFIG, max_request_bytes=10**6, deadletter_max_bytes=64)
+
+
+def nested(depth: int) -> bytes:
+    """A valid request whose ignored ``extra`` field nests ``depth`` containers in all."""
+    inner = "[" * (depth - 1) + "]" * (depth - 1)
+    return valid()[:-1] + b', "extra": ' + inner.encode() + b"}"
+
+
+def text_case(where: str) -> bytes:
+    lone = '"\\ud800"'  # the JSON escape of a lone high surrogate
+    body = {
+        "content": '{"request_id": "r", "messages": [{"role": "user", "content": %s}]}',
+        "metadata": '{"request_id": "r", "messages": [{"role": "user"}], "metadata": {"k": %s}}',
+        "key": '{"request_id": "r", "messages": [{"role": "user"}], "metadata": {%s: "v"}}',
+        "tenant": '{"request_id": "r", "messages": [{"role": "user"}], "tenant": %s}',
+        "ignored": '{"request_id": "r", "messages": [{"role": "user"}], "x": [%s]}',
+    }[where]
+    return (body % lone).encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"[" * 10_000 + b"]" * 10_000, "too_deep"),  # RecursionError in json.loads
+        (b'{"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", "too_deep"),
+        (nested(65), "too_deep"),
+        (b'{"a": ' + b"9" * 5000 + b"}", "bad_number"),  # ValueError: int str limit
+        (b'{"a": -' + b"9" * 101 + b"}", "bad_number"),
+        (b'{"request_id": "r", "messages": [{"role": "user"}], "temperature": NaN}', "bad_number"),
+        (b'{"a": Infinity}', "bad_number"),
+        (text_case("content"), "bad_text"),
+        (text_case("metadata"), "bad_text"),
+        (text_case("key"), "bad_text"),
+        (text_case("tenant"), "bad_text"),
+        (text_case("ignored"), "bad_text"),
+        # A surrogate written as raw bytes: json.loads decodes them with 'surrogatepass'.
+        (
+            b'{"request_id": "r", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',
+            "bad_text",
+        ),
+    ],
+)
+def test_poison_is_dead_lettered_with_its_reason(raw: bytes, reason: str) -> None:
+    result = run_big(raw)
+    assert isinstance(result, DeadLetter), result
+    assert result.reason == reason
+    assert result.original_size == len(raw)
+    assert base64.b64decode(result.original_base64) == raw[:64]
+    result.model_dump_json()  # the dead letter itself always serialises
+
+
+def test_limits_are_inclusive() -> None:
+    assert isinstance(run_big(nested(64)), RequestAccepted)
+    assert isinstance(run_big(valid(extra=10**99, other=-(10**99))), RequestAccepted)
+    assert isinstance(run_big(valid(extra="\U0001f600 é")), RequestAccepted)  # a proper pair
+
+
+def test_limits_come_from_the_caller() -> None:
+    def with_limits(raw: bytes, depth: int, digits: int) -> RequestAccepted | DeadLetter:
+        return accept(
+            raw,
+            WHERE,
+            WHEN,
+            CONFIG,
+            max_request_bytes=10**6,
+            deadletter_max_bytes=64,
+            max_json_depth=depth,
+            max_int_digits=digits,
+        )
+
+    deep = with_limits(nested(10), depth=9, digits=100)
+    assert isinstance(deep, DeadLetter) and deep.reason == "too_deep"
+    long = with_limits(valid(x=10**30), depth=64, digits=30)
+    assert isinstance(long, DeadLetter) and long.reason == "bad_number"
+    assert isinstance(with_limits(valid(x=10**29), depth=64, digits=30), RequestAccepted)
+
+
+def test_a_request_just_under_the_limit_is_accepted_and_forwardable() -> None:
+    from app.ingest import encode_accepted
+    from app.settings import Settings
+
+    settings = Settings()
+    raw = valid(messages=[{"role": "user", "content": "x" * 999_600}])
+    assert 999_600 < len(raw) <= settings.max_request_bytes
+    result = run_big(raw)
+    assert isinstance(result, RequestAccepted)
+    value = encode_accepted(
+        result, raw, max_accepted_bytes=settings.max_accepted_bytes, deadletter_max_bytes=64
+    )
+    assert isinstance(value, bytes) and len(value) > len(raw)
+
+
+def test_a_request_that_grows_when_re_serialised_is_oversized_not_a_crash() -> None:
+    from app.ingest import encode_accepted
+
+    # 60,000 messages without content: each gains '"content":null' when re-serialised.
+    body = {"request_id": "r", "messages": [{"role": "user"}] * 60_000}
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    result = run_big(raw)
+    assert isinstance(result, RequestAccepted)
+    letter = encode_accepted(result, raw, max_accepted_bytes=10**6, deadletter_max_bytes=64)
+    assert isinstance(letter, DeadLetter)
+    assert letter.reason == "oversized" and "re-serialised" in letter.detail
+    assert letter.source == WHERE
