@@ -11,6 +11,7 @@ import faust
 
 from app.compat import tansu
 from app.settings import Settings, get_settings
+from app.web_auth import faust_web_options
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -31,6 +32,7 @@ def build_app(settings: Settings) -> faust.App:
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_in_thread=False,
+        **faust_web_options(settings),
         producer_linger_ms=1,
         # Room for the largest request's envelopes (Settings.max_record_bytes): Faust's
         # default, 1,000,000, refused a valid 999.7 KB request's RequestAccepted.

@@ -1,16 +1,26 @@
-"""The worker's HTTP views: Prometheus ``/metrics``, seed 000's bandit statistics, traces."""
+"""The worker's HTTP views: Prometheus ``/metrics``, seed 000's bandit statistics, traces.
+
+None of them carries prompt or completion text. Who may read them: app/web_auth.py
+(``/metrics`` open; everything under ``/admin`` behind ``SWITCHYARD_ADMIN_TOKEN``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from faust import web
+from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.faust_app import app, settings
 from app.kafka import bootstrap_servers
 from app.routing.state import RouteState
+from app.web_auth import admin_gate, admin_token
 from tables.routing import all_route_states
+
+# Before the server starts (aiohttp freezes its middlewares then): it covers Faust's own
+# views too, whatever registers them.
+cast(AiohttpWeb, app.web).web_app.middlewares.append(admin_gate(admin_token(settings)))
 
 
 @app.page("/metrics")
@@ -43,6 +53,22 @@ def bandit_stats(states: dict[str, RouteState]) -> dict[str, Any]:
 class BanditStatsView(web.View):
     async def get(self, request: web.Request) -> web.Response:
         return self.json(bandit_stats(all_route_states()))
+
+
+@app.page("/admin/routes")
+class RoutesView(web.View):
+    """Every path this worker serves, with its methods: Faust's views included."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        return self.json({"routes": served_routes()})
+
+
+def served_routes() -> list[dict[str, Any]]:
+    methods: dict[str, set[str]] = {}
+    for route in cast(AiohttpWeb, app.web).web_app.router.routes():
+        path = route.resource.canonical if route.resource is not None else ""
+        methods.setdefault(path, set()).add(route.method)
+    return [{"path": path, "methods": sorted(m)} for path, m in sorted(methods.items())]
 
 
 @app.page("/admin/trace/{request_id}")
