@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +24,8 @@ from app.events import (
     Outcome,
     StatusClass,
 )
-from app.execution.call import CallResult, build_outcome, call_provider, feedback, is_final
+from app.execution.call import CallResult, call_provider
+from app.execution.envelope import seal
 from app.execution.http import make_client
 from app.execution.stream import stream_provider
 from app.faust_app import (
@@ -93,20 +95,42 @@ async def run_dispatch(dispatch: Dispatch) -> None:
         )
     else:
         result = await _call_in_time(dispatch, provider)
-    final = is_final(dispatch, result)
-    outcome = build_outcome(dispatch, result, provider, occurred_at=datetime.now(UTC), final=final)
+    outcome, finished = seal(
+        dispatch,
+        result,
+        provider,
+        occurred_at=datetime.now(UTC),
+        max_record_bytes=settings.max_record_bytes,
+    )
     _observe(outcome)
-    await _publish(dispatch, outcome, result)
+    await _publish(outcome, finished)
 
 
 async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:
-    """Wait out the retry backoff, then call within both the provider timeout and the deadline."""
+    """Wait out the retry backoff, then call within both the provider timeout and the deadline.
+
+    Running out of the request's time is ``expired``, not the provider's ``timeout``: the
+    deadline passed before the call, or the call was cut short by it (the time left was
+    less than the provider's timeout, and the call used all of it) (issue 17 §2).
+    """
     backoff = dispatch.not_before - time.time()
     if backoff > 0:
         await asyncio.sleep(backoff)
-    budget = min(dispatch.timeout_s, dispatch.deadline - time.time())
-    if budget <= 0:
-        return CallResult(StatusClass.TIMEOUT, None, 0.0, error="request deadline passed")
+    left = dispatch.deadline - time.time()
+    if left <= 0:
+        return CallResult(StatusClass.EXPIRED, None, 0.0, error="request deadline passed")
+    result = await _call(dispatch, provider, min(dispatch.timeout_s, left))
+    cut_short = left < dispatch.timeout_s
+    if cut_short and result.status_class is StatusClass.TIMEOUT and result.http_status is None:
+        return replace(
+            result,
+            status_class=StatusClass.EXPIRED,
+            error="request deadline passed during the call",
+        )
+    return result
+
+
+async def _call(dispatch: Dispatch, provider: ProviderConfig, budget: float) -> CallResult:
     decision = dispatch.decision
     if provider.stream and dispatch.min_confidence is None:
         request = dispatch.accepted.request
@@ -121,11 +145,10 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
     )
 
 
-async def _publish(dispatch: Dispatch, outcome: Outcome, result: CallResult) -> None:
+async def _publish(outcome: Outcome, finished: bytes) -> None:
     """The outcome for analysts, and the feedback the router folds (and answers from)."""
     await outcomes_topic.send(key=outcome.request_id.encode(), value=outcome.model_dump_json())
-    finished = feedback(dispatch, outcome, result)
-    await routing_topic.send(key=outcome.route.encode(), value=finished.model_dump_json())
+    await routing_topic.send(key=outcome.route.encode(), value=finished)
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:

@@ -168,7 +168,7 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
     body = _json_object(response.content)
     if body is None:
         return CallResult(StatusClass.BAD_RESPONSE, status, latency_ms, error="malformed JSON body")
-    usage = _usage(body.get("usage"))
+    usage = usage_of(body.get("usage"))
     problem, finish_reason = _check_completion(body)
     if finish_reason is not None:
         finish_reason = _short(finish_reason, key)
@@ -219,11 +219,28 @@ def _check_completion(body: dict[str, Any]) -> tuple[str | None, str | None]:
     finish_reason = first.get("finish_reason")
     if finish_reason is not None and not isinstance(finish_reason, str):
         return "invalid finish_reason", None
-    if not isinstance(first.get("message"), dict):
+    message = first.get("message")
+    if not isinstance(message, dict):
         return "missing choices[0].message", finish_reason
     if finish_reason in ERROR_FINISH_REASONS:
         return f"finish_reason {finish_reason}", finish_reason
+    if not has_answer(message):
+        return "no content in choices[0].message", finish_reason
     return None, finish_reason
+
+
+def has_answer(message: dict[str, Any]) -> bool:
+    """Whether a completion's message says anything: text (an empty string counts: the
+    model's own answer), content parts, tool or function calls, or a refusal. Not
+    ``{}``, nor ``content: null`` alone."""
+    content, calls, refusal = (message.get(k) for k in ("content", "tool_calls", "refusal"))
+    return (
+        isinstance(content, str)
+        or (isinstance(content, list) and bool(content))
+        or (isinstance(calls, list) and bool(calls))
+        or isinstance(message.get("function_call"), dict)
+        or (isinstance(refusal, str) and bool(refusal))
+    )
 
 
 def _http_error(status: int, content: bytes) -> str:
@@ -247,7 +264,8 @@ def _provider_error_code(content: bytes) -> str | None:
 # --------------------------------------------------------------------------- usage
 
 
-def _usage(usage: object) -> _Usage:
+def usage_of(usage: object) -> _Usage:
+    """Token counts from a ``usage`` object, whatever its shape (0 for anything unusable)."""
     if not isinstance(usage, dict):
         return _Usage()
     return _Usage(

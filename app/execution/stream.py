@@ -29,6 +29,7 @@ from app.execution.call import (
     is_header_safe,
     request_body,
     scrub,
+    usage_of,
 )
 
 
@@ -41,15 +42,22 @@ class _Assembly:
     usage: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     first_token_ms: float | None = None
+    #: Whether any delta carried content (an empty string counts) or tool calls.
+    answered: bool = False
 
     def take(self, chunk: dict[str, Any], elapsed_ms: float) -> None:
         if not self.meta:
             self.meta = {k: chunk.get(k) for k in ("id", "created", "model")}
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            delta = delta if isinstance(delta, dict) else {}
             text = delta.get("content")
+            self.answered = self.answered or isinstance(text, str) or bool(delta.get("tool_calls"))
             if isinstance(text, str) and text:
                 if self.first_token_ms is None:
                     self.first_token_ms = elapsed_ms
@@ -116,16 +124,19 @@ async def stream_provider(
         problem = "stream ended without a finish reason"
     if problem is None and assembly.finish_reason in ERROR_FINISH_REASONS:
         problem = f"finish_reason {assembly.finish_reason}"
+    if problem is None and not assembly.answered:
+        problem = "stream carried no content"
     if problem is not None:
         return _failed(StatusClass.BAD_RESPONSE, scrub(problem, key), started, assembly)
     completion = assembly.completion()
-    usage = assembly.usage or {}
+    usage = usage_of(assembly.usage)
     return CallResult(
         StatusClass.SUCCESS,
         response.status_code,
         _ms(started),
-        tokens_in=int(usage.get("prompt_tokens") or 0),
-        tokens_out=int(usage.get("completion_tokens") or 0),
+        tokens_in=usage.tokens_in,
+        tokens_out=usage.tokens_out,
+        tokens_cached=usage.tokens_cached,
         finish_reason=assembly.finish_reason,
         completion=completion,
         first_token_ms=assembly.first_token_ms,
@@ -142,7 +153,7 @@ async def _read_events(response: httpx.Response, assembly: _Assembly, started: f
             return None
         try:
             chunk = json.loads(data)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, bad UTF-8, 5,000-digit numbers, nesting
             return "malformed stream chunk"
         if not isinstance(chunk, dict):
             return "malformed stream chunk"
