@@ -10,6 +10,11 @@ before its sends were acknowledged, a SIGKILL in between left a row that had
 applied the event and sends that never reached the broker: the redelivered
 event was skipped, and its response (or dispatch) was gone for good.
 
+The fold goes through :class:`app.routing.driver.Driver`, the loop every user
+of the fold shares; when it needs an earlier event of the log (a request that
+waited in the line, a parked attempt's carrier) that its bounded memory does not
+hold, the router reads it back from the routing topic (:mod:`agents.recall`).
+
 Waiting for the broker on every event would tie the router to one round trip
 per event, so the router pipelines: it folds the next event from the newest
 state in memory while earlier sends are in flight, and at each event of a route
@@ -26,6 +31,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -35,6 +41,7 @@ from faust.types import EventT
 from pydantic import TypeAdapter, ValidationError
 
 from agents.ingest import log_time, position_of
+from agents.recall import LogReader
 from app import metrics
 from app.events import RouteTick, RoutingLogEvent, derived_id, route_of
 from app.faust_app import (
@@ -47,7 +54,9 @@ from app.faust_app import (
     settings,
 )
 from app.ingest import dead_letter
-from app.routing.fold import Step, handle
+from app.kafka import bootstrap_servers
+from app.routing.driver import Driver, Recalled
+from app.routing.fold import Step, Want
 from app.routing.state import BREAKER_GAUGE, RouteState
 from app.runtime import policy_holder
 from tables.routing import load_route_state, save_route_state
@@ -69,18 +78,28 @@ class _Folded:
     sends: list[asyncio.Future[Any]]
 
 
+def _policy() -> Any:
+    return policy_holder().current
+
+
 @dataclass
 class Pipeline:
     """Per route: the newest folded state, and the folded events waiting for their row."""
 
     latest: dict[str, RouteState] = field(default_factory=dict)
     unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
+    driver: Driver = field(
+        default_factory=lambda: Driver(_policy, max_recall_bytes=settings.recall_memory_bytes)
+    )
+    reader: LogReader | None = None
 
     def state(self, route_name: str) -> RouteState:
         latest = self.latest.get(route_name)
         return latest if latest is not None else load_route_state(route_name)
 
-    async def fold(self, parsed: RoutingLogEvent, event: Any, offset: int) -> list[Any]:
+    async def fold(
+        self, parsed: RoutingLogEvent, event: Any, offset: int, partition: int = 0, size: int = 0
+    ) -> list[Any]:
         """Fold, send, write what is acknowledged; return the events now safe to ack.
 
         Must run in ``event``'s stream context: the row write goes to its partition,
@@ -88,13 +107,17 @@ class Pipeline:
         """
         route_name = route_of(parsed)
         started = time.perf_counter()
-        step = handle(self.state(route_name), parsed, offset, policy_holder().current)
+        self.driver.states[route_name] = self.state(route_name)
+        run = self.driver.steps(parsed, offset, size)
+        step = await self._drive(run, route_name, partition, offset)
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
         sends = await _publish(step)
         self.latest[route_name] = step.state
         self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
         _export_breakers(step)
+        metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
+        metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
         return self.write_acknowledged(route_name)
 
     def write_acknowledged(self, route_name: str) -> list[Any]:
@@ -119,6 +142,31 @@ class Pipeline:
         """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
         self.latest.clear()
         self.unwritten.clear()
+        self.driver.forget()
+
+    async def _drive(
+        self, run: Generator[Want, Recalled, Step], route_name: str, partition: int, through: int
+    ) -> Step:
+        """Run the driver's step, reading back from the log what its memory lacks."""
+        try:
+            want = next(run)
+            while True:
+                found = await self._reader().recall(
+                    want, route_name, partition, through, self.driver.recall(route_name)
+                )
+                metrics.ROUTER_RECALLS.labels(kind=want.kind).inc()
+                want = run.send(found)
+        except StopIteration as done:
+            return cast(Step, done.value)
+
+    def _reader(self) -> LogReader:
+        if self.reader is None:
+            self.reader = LogReader(
+                bootstrap_servers(settings.broker),
+                routing_topic.get_topic_name(),
+                tansu=settings.tansu_compat,
+            )
+        return self.reader
 
 
 _pipeline = Pipeline()
@@ -127,6 +175,12 @@ _pipeline = Pipeline()
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
     _pipeline.forget()
+
+
+@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
+async def _stop_reader(sender: Any, *args: Any, **kwargs: Any) -> None:
+    if _pipeline.reader is not None:
+        await _pipeline.reader.stop()
 
 
 @app.agent(routing_topic)
@@ -140,7 +194,9 @@ async def route(stream: StreamT[bytes]) -> None:
             await manual.ack(event)
             continue
         try:
-            safe = await _pipeline.fold(parsed, event, event.message.offset)
+            message = event.message
+            size = len(event.value or b"")
+            safe = await _pipeline.fold(parsed, event, message.offset, message.partition, size)
         except SendFailed:
             raise  # unacked events are redelivered after the restart
         except Exception as exc:  # a bug must not stop the route: record it and go on

@@ -143,6 +143,10 @@ class StatusClass(StrEnum):
     TIMEOUT = "timeout"
     CONNECTION_ERROR = "connection_error"
     BAD_RESPONSE = "bad_response"
+    #: The request's deadline ran out before or during the call (a backlog, a worker that
+    #: was down, a call cut short by the deadline rather than the provider's timeout): not
+    #: the provider's doing, so it never counts against it (issue 17 §2).
+    EXPIRED = "expired"
 
 
 class Outcome(Envelope):

@@ -38,6 +38,17 @@ ROUTER_EVENTS = Counter(
     "Routing-log events folded by the router, by type and whether they were applied.",
     ["type", "applied"],
 )
+ROUTER_RECALLS = Counter(
+    "switchyard_router_recalls_total",
+    "Waiting requests (line) and parked attempts (parked) the router read back from the "
+    "routing log because its bounded memory did not hold them.",
+    ["kind"],
+)
+ROUTE_WAITING = Gauge(
+    "switchyard_route_waiting",
+    "Requests of a route waiting for a deployment: in the log (line) or parked.",
+    ["route", "kind"],
+)
 DECISION_SECONDS = Histogram(
     "switchyard_decision_seconds",
     "Time spent in the pure routing fold per event.",

@@ -169,7 +169,14 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
-    executor_concurrency: int = Field(default=256, ge=1)
+    #: Provider calls one worker's executors run at once. An attempt counts against its
+    #: deployment's ``max_concurrency`` from decision to outcome, so this covers the sum
+    #: of the deployments' ``max_concurrency`` (two at 500 in ``bench burst``): a decided
+    #: attempt then starts its call one broker hop after its decision, not in a queue.
+    executor_concurrency: int = Field(default=1024, ge=1)
+    #: Per route, how many bytes of waiting requests the router keeps in memory; the
+    #: rest of a backlog is read back from the routing log when its turn comes.
+    recall_memory_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
     #: Largest accepted request, in bytes of its JSON (as published, and as re-serialised).
     max_request_bytes: int = Field(default=1_000_000, ge=1024)
     #: Room for what an envelope adds around one request or one completion (ids, features,

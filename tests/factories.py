@@ -25,10 +25,13 @@ from app.events import (
     RequestAccepted,
     Response,
     RouteTick,
+    RoutingLogEvent,
     StatusClass,
     derived_id,
+    route_of,
 )
-from app.routing.fold import Step, at, handle
+from app.routing.driver import Driver
+from app.routing.fold import Step, at
 from app.routing.policy import Policy
 from app.routing.state import ArmState, Breaker, BreakerPhase, RouteState
 from app.settings import RoutingParams, Strategy
@@ -171,6 +174,7 @@ HTTP_STATUS: dict[StatusClass, int | None] = {
     StatusClass.TIMEOUT: None,
     StatusClass.CONNECTION_ERROR: None,
     StatusClass.BAD_RESPONSE: 200,
+    StatusClass.EXPIRED: None,
 }
 
 
@@ -240,6 +244,8 @@ def finish(
 class Folded:
     state: RouteState
     steps: list[Step] = field(default_factory=list)
+    #: The driver that folded them: pass this Folded to ``fold`` to go on with its memory.
+    driver: Driver | None = None
 
     @property
     def dispatches(self) -> list[Dispatch]:
@@ -257,15 +263,26 @@ class Folded:
 def fold(
     events: Iterable[AttemptFinished | RequestAccepted | RouteTick],
     pol: Policy,
-    state: RouteState | None = None,
+    state: RouteState | Folded | None = None,
     start: int | None = None,
+    log: Mapping[int, RoutingLogEvent] | None = None,
 ) -> Folded:
-    """Fold events in order; positions continue from ``state.position``."""
-    current = state or RouteState()
+    """Fold events in order with the live driver; positions continue from the state's.
+
+    Given a :class:`Folded`, go on with its driver (it holds the events waiting
+    requests are in); given a bare state, a new driver starts from it.
+    """
+    if isinstance(state, Folded):
+        current, driver = state.state, state.driver
+    else:
+        current, driver = state or RouteState(), None
+    if driver is None:
+        driver = Driver(lambda: pol)
     position = current.position + 1 if start is None else start
-    result = Folded(current)
+    result = Folded(current, driver=driver)
     for event in events:
-        step = handle(result.state, event, position, pol)
+        driver.states[route_of(event)] = result.state
+        step = driver.fold(event, position, log)
         result.steps.append(step)
         result.state = step.state
         position += 1

@@ -343,20 +343,21 @@ def test_full_breaker_lifecycle_through_fold() -> None:
     )
     assert probe.state.arm(a).in_flight == 1
 
-    # One probe at a time: a request while p1 is in flight is refused.
+    # One probe at a time: a request while p1 is in flight waits in the log...
     t = last_failure + 62
-    refused = fold([accepted("p2", t)], pol, probe.state)
-    assert refused.dispatches == [] and refused.responses[0].status == "error"
-
+    waiting = fold([accepted("p2", t)], pol, probe)
+    assert (waiting.dispatches, waiting.responses) == ([], [])
+    assert waiting.state.line.waiting == 1
+    # ...and is the next probe once p1 has answered.
+    after = fold([finish("p1", a, t + 1)], pol, waiting)
+    assert [d.request_id for d in after.decisions] == ["p2"]
+    state = fold([finish("p2", a, t + 2)], pol, after).state
+    assert state.arm(a).breaker.state is HALF_OPEN
+    assert state.arm(a).breaker.success_count == 2
     # Three successful probes, one after the other: CLOSED, failures reset.
-    state = fold([finish("p1", a, t + 1)], pol, refused.state).state
-    for i, name in enumerate(("p3", "p4")):
-        sent = fold([accepted(name, t + 2 + 2 * i)], pol, state)
-        assert [d.deployment for d in sent.decisions] == [a]
-        state = fold([finish(name, a, t + 3 + 2 * i)], pol, sent.state).state
-        if name == "p3":
-            assert state.arm(a).breaker.state is HALF_OPEN
-            assert state.arm(a).breaker.success_count == 2
+    sent = fold([accepted("p3", t + 3)], pol, state)
+    assert [d.deployment for d in sent.decisions] == [a]
+    state = fold([finish("p3", a, t + 4)], pol, sent.state).state
     assert state.arm(a).breaker == Breaker()
     assert state.arm(a).in_flight == 0
 
@@ -469,6 +470,7 @@ def test_success_counts_for_breaker() -> None:
 def test_accounting_table() -> None:
     availability = {status: ACCOUNTING[status].availability for status in StatusClass}
     assert availability == {
+        StatusClass.EXPIRED: Availability.NEUTRAL,
         StatusClass.SUCCESS: Availability.UP,
         StatusClass.CLIENT_ERROR: Availability.NEUTRAL,
         StatusClass.AUTH_ERROR: Availability.DOWN,

@@ -39,15 +39,18 @@ def both_open(since: float = T0) -> RouteState:
 
 def test_an_attempt_waits_while_every_breaker_is_open_then_goes_to_the_first_probe() -> None:
     pol = policy(provider("a"), provider("b"))
-    step = handle(both_open(), accepted("w-1", T0 + 10), 3, pol)
+    step = fold([accepted("w-1", T0 + 10)], pol, both_open(), start=3)
     assert (step.dispatches, step.responses) == ([], [])
     assert list(step.state.parked) == ["w-1#1"]
+    # A reference to where the request is in the log, never the request itself.
+    assert step.state.parked["w-1#1"].carrier == 3
+    assert "messages" not in step.state.model_dump_json()
     # Ticks before the breaker timeout: still waiting, backoff growing.
-    waiting = fold([tick(T0 + 20), tick(T0 + 40)], pol, step.state)
+    waiting = fold([tick(T0 + 20), tick(T0 + 40)], pol, step)
     assert waiting.dispatches == [] and waiting.responses == []
     assert waiting.state.parked["w-1#1"].waits >= 1
     # Past CB_TIMEOUT_S the breakers are half-open: the waiting request is the probe.
-    routed = fold([tick(T0 + 70)], pol, waiting.state)
+    routed = fold([tick(T0 + 70)], pol, waiting)
     (decision,) = routed.decisions
     assert (decision.request_id, decision.attempt, decision.selection_rule) == (
         "w-1", 1, "half_open_probe",
@@ -65,15 +68,17 @@ def test_a_wait_that_reaches_the_deadline_is_answered() -> None:
     assert late.state.parked == {} and late.dispatches == []
 
 
-def test_full_deployments_wait_and_the_next_finish_frees_one() -> None:
+def test_full_deployments_wait_in_the_log_and_the_next_finish_frees_one() -> None:
     a = provider("a", max_concurrency=1)
     pol = policy(a)
     busy = fold([accepted("c-1", T0)], pol)
     assert [d.deployment for d in busy.decisions] == [A]
-    waiting = fold([accepted("c-2", T0 + 0.01)], pol, busy.state)
-    assert waiting.decisions == [] and "c-2#1" in waiting.state.parked
-    freed = fold([finish("c-1", A, T0 + 1.0)], pol, waiting.state)
+    waiting = fold([accepted("c-2", T0 + 0.01)], pol, busy)
+    assert waiting.decisions == [] and waiting.state.parked == {}
+    assert waiting.state.line.waiting == 1
+    freed = fold([finish("c-1", A, T0 + 1.0)], pol, waiting)
     assert [d.request_id for d in freed.decisions] == ["c-2"]
+    assert freed.state.line.waiting == 0
 
 
 def test_no_wait_when_nothing_could_ever_be_chosen() -> None:

@@ -34,11 +34,12 @@ from app.events import (
     StatusClass,
     derived_id,
 )
+from app.routing.driver import Driver
 from app.routing.fold import LOST_ATTEMPT_GRACE_S, at, epoch, handle
 from app.routing.policy import Policy
 from app.routing.reliability import is_retriable
 from app.routing.select import select
-from app.routing.state import BreakerPhase, OpenAttempt, RouteState, attempt_key
+from app.routing.state import BreakerPhase, Line, OpenAttempt, RouteState, attempt_key
 
 A, B, C = dep("a"), dep("b"), dep("c")
 
@@ -358,7 +359,7 @@ def test_half_open_transition_persisted_even_without_dispatch() -> None:
     state = route_state({A: arm(10, 0.1, breaker=open_breaker(T0), in_flight=3)}, T0)
     step = handle(state, accepted("r", T0 + 61), 1, pol)
     assert step.dispatches == [] and step.responses == []
-    assert list(step.state.parked) == ["r#1"]  # waits for the probe in flight
+    assert step.state.line.waiting == 1  # waits in the log for the probe in flight
     assert step.state.arm(A).breaker.state is BreakerPhase.HALF_OPEN
 
 
@@ -378,18 +379,19 @@ def test_concurrency_full_excluded() -> None:
     assert after.state.arm(A).in_flight == 1
 
 
-def test_concurrency_full_everywhere_waits_or_with_waiting_off_gives_error() -> None:
-    pol = policy(provider("a", max_concurrency=2))
-    run = fold([accepted(f"r{i}", T0 + i) for i in range(3)], pol)
+def test_concurrency_full_everywhere_waits_in_the_log_in_arrival_order() -> None:
+    pol = policy(provider("a", max_concurrency=2), max_parked=0)
+    run = fold([accepted(f"r{i}", T0 + i) for i in range(4)], pol)
     assert len(run.dispatches) == 2
-    assert run.responses == [] and list(run.state.parked) == ["r2#1"]
-    no_wait = fold([accepted(f"r{i}", T0 + i) for i in range(3)], policy(
-        provider("a", max_concurrency=2), max_parked=0
-    ))  # fmt: skip
-    (response,) = no_wait.responses
-    assert response.request_id == "r2"
-    assert response.error is not None
-    assert "concurrency_full" in response.error.message
+    # Never refused for capacity, parked or not: r2 and r3 wait in the log.
+    assert run.responses == [] and run.state.parked == {}
+    assert run.state.line.waiting == 2 and run.state.line.after == 1
+    freed = fold([finish("r1", A, T0 + 5)], pol, run)
+    assert [d.request_id for d in freed.decisions] == ["r2"]
+    assert freed.state.line.waiting == 1
+    both = fold([finish("r0", A, T0 + 6), finish("r2", A, T0 + 7)], pol, freed)
+    assert [d.request_id for d in both.decisions] == ["r3"]
+    assert both.state.line == Line(waiting=0, after=3, blocked_at=freed.state.line.blocked_at)
 
 
 def test_clock_never_goes_backwards() -> None:
@@ -465,6 +467,7 @@ def simulate(pol: Policy, n: int, seed: int) -> tuple[list[Any], list[RouteState
     states: list[RouteState] = []
     dispatches: dict[str, Dispatch] = {}
     state = RouteState()
+    driver = Driver(lambda: pol)
     t = T0
     for i in range(n):
         t += rng.choice([0.0, 0.001, 0.37, 1.1, 2.9, 4.3])
@@ -504,7 +507,7 @@ def simulate(pol: Policy, n: int, seed: int) -> tuple[list[Any], list[RouteState
                 tried=[*d.tried, d.decision.deployment],
                 retry=None if final else d.accepted,
             )
-        step = handle(state, event, i, pol)
+        step = driver.fold(event, i)
         for dispatch in step.dispatches:
             dispatches[attempt_key(dispatch.decision.request_id, dispatch.decision.attempt)] = (
                 dispatch
@@ -568,7 +571,9 @@ def test_fold_resumed_from_json_matches_straight_fold() -> None:
     events, states = simulate(pol, 240, seed=99)
     half = fold(events[:120], pol)
     restored = RouteState.model_validate_json(half.state.model_dump_json())
-    rest = fold(events[120:], pol, restored)
+    # A new driver, as after a restart: what waits is read back from the log.
+    log = dict(enumerate(events))
+    rest = fold(events[120:], pol, restored, log=log)
     assert rest.state == states[-1]
     straight = fold(events, pol)
     assert [d.model_dump() for d in half.dispatches + rest.dispatches] == [

@@ -41,13 +41,13 @@ from app.events import (
     route_of,
 )
 from app.execution.call import cost_usd
-from app.routing.fold import at, epoch, handle
+from app.routing.driver import Driver
+from app.routing.fold import at, epoch
 from app.routing.policy import Policy
 from app.routing.reliability import ends_request
 from app.routing.state import RouteState
 
 Key = tuple[str, int]
-_EMPTY = RouteState()
 #: Error types of responses the router gives when no provider answered.
 ROUTER_ERRORS = frozenset({"no_deployment_available", "deadline_exceeded", "lost"})
 
@@ -71,6 +71,7 @@ class _Run:
         self.log, self.alt, self.model, self.run = log, alt, model, run
         self.result = RunResult()
         self.states: dict[str, RouteState] = {}
+        self.driver = Driver(lambda: self.alt, states=self.states)
         self.positions: dict[str, int] = {}
         self.pending: dict[str, list[tuple[float, int, AttemptFinished]]] = {}
         self.sequence = 0
@@ -111,8 +112,7 @@ class _Run:
     def fold(self, route: str, event: RoutingEvent) -> None:
         position = self.positions.get(route, -1) + 1
         self.positions[route] = position
-        step = handle(self.states.get(route, _EMPTY), event, position, self.alt)
-        self.states[route] = step.state
+        step = self.driver.fold(event, position)
         self.result.router_errors += sum(
             1 for r in step.responses if r.error is not None and r.error.type in ROUTER_ERRORS
         )

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
-from app.events import Decision, Response, route_of
-from app.routing.fold import handle
+from app.events import Decision, Response
+from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.state import RouteState
 
-_EMPTY = RouteState()
 R = TypeVar("R", Decision, Response)
 MismatchKind = Literal["differs", "not_rederived", "not_recorded"]
 
@@ -56,20 +55,18 @@ class Rederived:
 def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
     """Fold routing-log entries (sorted by partition, offset) with the live ``handle``."""
     result = Rederived()
-    states = result.states
+    driver = Driver(lambda: policy, states=result.states)
     for entry in entries:
         event = entry.event
         if event is None:
             result.unreadable += 1
             continue
-        route = route_of(event)
         result.events += 1
         try:
-            step = handle(states.get(route, _EMPTY), event, entry.offset, policy)
+            step = driver.fold(event, entry.offset)
         except Exception as exc:  # the router dead-letters these and keeps the row
             result.errors.append(f"partition {entry.partition} offset {entry.offset}: {exc!r}")
             continue
-        states[route] = step.state
         if not step.applied:
             result.skipped += 1
             continue

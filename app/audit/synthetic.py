@@ -33,7 +33,8 @@ from app.events import (
 )
 from app.execution.call import CallResult, build_outcome, feedback, is_final
 from app.routing.bandit import seeded_rng
-from app.routing.fold import at, epoch, handle
+from app.routing.driver import Driver
+from app.routing.fold import at, epoch
 from app.routing.policy import Policy
 from app.routing.state import RouteState
 
@@ -90,6 +91,7 @@ class _Simulation:
         self.seed = seed
         self.log = RecordedLog(source=f"synthetic seed {seed}")
         self.states: dict[str, RouteState] = {}
+        self.driver = Driver(lambda: policy, states=self.states)
         self.partition = {route: i for i, route in enumerate(policy.config.route_names())}
         self.offsets: dict[int, int] = {}
         self.queue: list[tuple[float, int, RoutingEvent]] = []
@@ -115,8 +117,7 @@ class _Simulation:
         entry: Entry[RoutingEvent] = parse("routing", partition, offset, event.model_dump_json())
         assert entry.event is not None
         self.log.routing.append(entry)
-        step = handle(self.states.get(route, RouteState()), entry.event, offset, self.policy)
-        self.states[route] = step.state
+        step = self.driver.fold(entry.event, offset)
         for dispatch in step.dispatches:
             self.record("decisions", dispatch.decision.model_dump_json())
             self.execute(dispatch)

@@ -12,6 +12,10 @@ from app.understanding.modes import ema_throughput, throughput_sample
 
 def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -> ArmState:
     """Fold one attempt outcome into its arm: bandit, latency EMAs, breaker, rate limits."""
+    if outcome.status_class is StatusClass.EXPIRED:
+        # The request ran out of time (a backlog, a worker that was down): the slot is
+        # free again, and nothing is learnt or held against the deployment (issue 17).
+        return arm.model_copy(update={"in_flight": max(0, arm.in_flight - 1)})
     accounting = ACCOUNTING[outcome.status_class]
     alpha, beta = bandit.thompson_update(arm.alpha, arm.beta, outcome.reward)
     update: dict[str, object] = {

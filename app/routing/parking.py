@@ -1,14 +1,26 @@
-"""Waiting for a deployment (issue 4): when every candidate is saturated, open or
-cooling down, an attempt waits with backoff instead of failing or spinning.
+"""Waiting for a deployment (issues 4 and 17): when every candidate is saturated,
+open or cooling down, a request waits instead of failing or spinning.
 
 Whether to wait is a pure function of the selection's exclusions: only reasons
 that pass with time (``breaker_open``, a half-open probe in flight,
 ``concurrency_full``, ``retry_after``) make waiting worthwhile; a request whose
 candidates are ruled out for good (already tried, pins, lists, domains) is
-answered at once. A parked attempt is looked at again when the route clock
-passes its ``retry_at`` — on any later routing-log event, a route tick included
-— with the backoff doubling up to ``SWITCHYARD_MAX_PARK_WAIT_S`` and seeded
-jitter, until its deadline.
+answered at once.
+
+Two ways to wait, both holding references only, never a request:
+
+* **In the log** (:class:`app.routing.state.Line`): a new request whose
+  candidates are busy (``concurrency_full``, a probe in flight) stays where it
+  is in the routing log, and so does every request of the route behind it; the
+  head is tried again at each later event of the route (a finished attempt frees
+  a slot) and taken off in arrival order, or answered once its deadline passed.
+* **Parked** (:class:`app.routing.state.Parked`, at most ``SWITCHYARD_MAX_PARKED``
+  per route): an attempt whose candidates are open or asked to wait
+  (Retry-After), and every retry, is looked at again when the route clock passes
+  its ``retry_at`` — on any later routing-log event, a route tick included — with
+  the backoff doubling up to ``SWITCHYARD_MAX_PARK_WAIT_S`` and seeded jitter,
+  until its deadline. Parking takes such a request out of the line so that the
+  requests behind it (other pins, other domains) go on.
 """
 
 from __future__ import annotations
@@ -23,6 +35,16 @@ from app.routing.policy import Policy
 TEMPORARY = frozenset(
     {"breaker_open", "breaker_half_open_probe_in_flight", "concurrency_full", "retry_after"}
 )
+
+
+#: Exclusion reasons that end with an attempt of the route finishing: a new request
+#: waits for them in the log, in arrival order, and is tried again at the next event.
+BUSY = frozenset({"concurrency_full", "breaker_half_open_probe_in_flight"})
+
+
+def wait_in_line(excluded: Iterable[Exclusion]) -> bool:
+    """True when a candidate is only busy: the request waits in the log, not parked."""
+    return any(e.reason in BUSY for e in excluded)
 
 
 def worth_waiting(excluded: Iterable[Exclusion]) -> bool:

@@ -38,6 +38,9 @@ ACCOUNTING: dict[StatusClass, Accounting] = {
     StatusClass.CONNECTION_ERROR: Accounting(Availability.DOWN, retriable=True),
     # A 2xx whose body is not a usable completion (malformed, cut, error finish reason).
     StatusClass.BAD_RESPONSE: Accounting(Availability.DOWN, retriable=True),
+    # The request ran out of time (backlog, worker down): says nothing of the provider,
+    # and nothing can be retried past the deadline.
+    StatusClass.EXPIRED: Accounting(Availability.NEUTRAL, retriable=False),
 }
 
 AUTH_STATUSES = frozenset({401, 402, 404})

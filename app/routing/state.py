@@ -11,7 +11,6 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.events import RequestAccepted
 from app.understanding.guardrails import RateWindow
 
 #: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
@@ -103,14 +102,40 @@ class OpenAttempt(Model):
 
 
 class Parked(Model):
-    """An attempt waiting for a deployment: every candidate was saturated, open or cooling."""
+    """An attempt waiting for a deployment: every candidate was open or cooling down.
 
-    accepted: RequestAccepted
+    It holds references, never the request (issue 17): the request is recalled from
+    the routing log, at ``carrier``, when the wait is over.
+    """
+
+    request_id: str
     attempt: int
+    #: Routing-log position of the event that carries the request: its RequestAccepted,
+    #: or the AttemptFinished whose ``retry`` it is.
+    carrier: int
+    #: The request's deadline (epoch seconds): answered ``deadline_exceeded`` then.
+    deadline: float
     tried: list[str] = Field(default_factory=list)
     #: Route-clock time of the next look (backoff); how many looks found nothing yet.
     retry_at: float
     waits: int = 0
+
+
+class Line(Model):
+    """Requests of this route that wait in the routing log itself, in arrival order.
+
+    They are the route's ``RequestAccepted`` events at positions after ``after``
+    (every request arriving while one waits joins the line, so no list is kept):
+    a fixed-size state whatever the backlog (issue 17). The head is taken off the
+    line when a deployment can take it, or answered once its deadline has passed.
+    """
+
+    waiting: int = 0
+    #: The line is the route's requests at routing-log positions after this one.
+    after: int = -1
+    #: Position of the event at which the head last found no deployment: it is not
+    #: tried again before a later event (something must have changed).
+    blocked_at: int = -1
 
 
 class RouteState(Model):
@@ -132,6 +157,8 @@ class RouteState(Model):
     rate: RateWindow = Field(default_factory=RateWindow)
     #: Attempts waiting for a deployment, by ``request_id#attempt`` (app/routing/parking.py).
     parked: dict[str, Parked] = Field(default_factory=dict)
+    #: New requests waiting in the log for a deployment (app/routing/parking.py).
+    line: Line = Field(default_factory=Line)
 
     def arm(self, deployment: str) -> ArmState:
         return self.arms.get(deployment) or ArmState()

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from app.events import AttemptFinished, RequestAccepted
-from app.routing.fold import handle
+from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.state import RouteState
 from app.settings import RoutingParams
@@ -64,21 +64,32 @@ class FoldRouter:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.state = RouteState()
+        self.driver = Driver(lambda: policy)
         #: Routing-log offset of the last event folded.
         self.position = -1
         self._answered: list[str] = []
 
+    @property
+    def state(self) -> RouteState:
+        (state,) = self.driver.states.values() or [RouteState()]
+        return state
+
     def waiting(self, request_id: str) -> bool:
-        return any(p.accepted.request.request_id == request_id for p in self.state.parked.values())
+        if any(p.request_id == request_id for p in self.state.parked.values()):
+            return True
+        lines = self.driver.memory.values()
+        return any(
+            isinstance(e, RequestAccepted) and e.request.request_id == request_id
+            for m in lines
+            for _, e in m.line
+        )
 
     def answered(self) -> list[str]:
         return self._answered
 
     def fold(self, event: RequestAccepted | AttemptFinished) -> list[Choice]:
         self.position += 1
-        step = handle(self.state, event, self.position, self.policy)
-        self.state = step.state
+        step = self.driver.fold(event, self.position)
         self._answered = [r.request_id for r in step.responses]
         return [
             Choice(

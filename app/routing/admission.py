@@ -1,0 +1,205 @@
+"""Taking a request: admission checks, then a deployment, a wait, or a refusal.
+
+:func:`take_request` is what happens to a new request when it reaches the front
+of its route: at once when nothing waits before it, else when the line
+(:class:`app.routing.state.Line`) gets to it. It returns :class:`Blocked` when
+the request must keep waiting in the log: every candidate is busy (issue 17: a
+burst waits for capacity, it is never refused for it).
+"""
+
+from __future__ import annotations
+
+from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
+from app.routing import parking
+from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
+from app.routing.candidates import plan_candidates, tenant_policy
+from app.routing.policy import Policy
+from app.routing.select import select
+from app.routing.state import ArmState, OpenAttempt, Parked, RouteState, attempt_key
+from app.routing.steps import Blocked, Step
+from app.routing.strategies import ALGORITHM_VERSION
+from app.understanding.guardrails import admit, prune, retry_after_s
+
+#: After its deadline, an executor makes no call; this much later no outcome can still come.
+LOST_ATTEMPT_GRACE_S = 10.0
+
+
+def take_request(
+    state: RouteState, accepted: RequestAccepted, position: int, policy: Policy
+) -> Step | Blocked:
+    """Route a new request (at routing-log ``position``), or say it must wait in the log."""
+    source = f"{accepted.source.topic}:{accepted.source.partition}"
+    copy = accepted.source.offset <= state.accepted_through.get(source, -1)
+    first = attempt_key(accepted.request.request_id, 1)
+    if copy or first in state.open_attempts or first in state.parked:
+        return Step(state, applied=False)
+    marks = {**state.accepted_through, source: accepted.source.offset}
+    state = state.model_copy(update={"accepted_through": marks})
+    if state.clock >= deadline_of(accepted, policy):
+        # Waited in the log past its deadline (a backlog, a worker that was down):
+        # answered without a call, and nothing is held against any provider.
+        seconds = policy.params.request_deadline_s
+        error = deadline_error(f"not routed within {seconds:g}s (waited in the log)")
+        request_id = accepted.request.request_id
+        return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
+    return _admit(state, accepted, position, policy)
+
+
+def _admit(
+    state: RouteState, accepted: RequestAccepted, position: int, policy: Policy
+) -> Step | Blocked:
+    """Seed 000 §9 step 3, before any provider: forbidden keywords, then the tenant's rate."""
+    request_id = accepted.request.request_id
+    if accepted.guardrail is not None:
+        error = ErrorBody(
+            type="guardrail",
+            message=f"refused: the request contains the forbidden keyword {accepted.guardrail!r}",
+            code="forbidden_keyword",
+            http_status=400,
+        )
+        return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
+    limit = tenant_policy(accepted, policy).rate_limit
+    tenant = accepted.request.tenant
+    if limit is not None and tenant is not None:
+        rate, allowed = admit(state.rate, tenant, state.clock, limit.requests, limit.window_s)
+        state = state.model_copy(update={"rate": prune(rate, state.clock, limit.window_s)})
+        if not allowed:
+            wait = retry_after_s(rate, tenant, state.clock, limit.window_s)
+            error = ErrorBody(
+                type="rate_limited",
+                message=f"tenant {tenant!r} is over {limit.requests} requests per "
+                f"{limit.window_s:g}s; retry in {wait:.3f}s",
+                code="tenant_rate_limited",
+                http_status=429,
+            )
+            return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
+    return route(state, accepted, 1, [], policy, carrier=position, on_line=True)
+
+
+def route(
+    state: RouteState,
+    accepted: RequestAccepted,
+    attempt: int,
+    tried: list[str],
+    policy: Policy,
+    *,
+    carrier: int,
+    waits: int = 0,
+    on_line: bool = False,
+) -> Step | Blocked:
+    """Decide an attempt. When no candidate can take it now: a new request (``on_line``)
+    whose candidates are busy is :class:`Blocked`, to wait in the log; an attempt whose
+    candidates are open or cooling down is parked while there is room; otherwise (none
+    can ever take it, or no room to park) it is refused.
+    """
+    request_id = accepted.request.request_id
+    plan = plan_candidates(accepted, policy, attempt, tried)
+    if plan.refusal is not None:
+        return Step(
+            state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
+        )
+    selection = select(state, plan, request_id, attempt, tried, policy)
+    arms = {**state.arms, **selection.arms}
+    chosen = selection.chosen
+    if chosen is None:
+        state = state.model_copy(update={"arms": arms})
+        if parking.worth_waiting(selection.excluded):
+            if on_line and parking.wait_in_line(selection.excluded):
+                return Blocked(selection.arms)
+            parked = _park(
+                state, accepted, attempt, tried, waits, selection.excluded, policy, carrier
+            )
+            if parked is not None:
+                return Step(parked)
+        reasons = ", ".join(f"{e.deployment}: {e.reason}" for e in selection.excluded)
+        error = ErrorBody(
+            type="no_deployment_available",
+            message=f"no deployment of route {accepted.route!r} can take attempt {attempt} "
+            f"({reasons})",
+            code="exhausted" if tried else "no_candidate",
+            http_status=503,
+        )
+        return Step(state, responses=[error_response(request_id, attempt - 1, state.clock, error)])
+
+    arm_state = arms.get(chosen.deployment) or ArmState()
+    arms[chosen.deployment] = arm_state.model_copy(update={"in_flight": arm_state.in_flight + 1})
+    deadline = deadline_of(accepted, policy)
+    open_attempts = {
+        **state.open_attempts,
+        attempt_key(request_id, attempt): OpenAttempt(
+            deployment=chosen.deployment, decided_at=state.clock, deadline=deadline
+        ),
+    }
+    expiry = deadline + LOST_ATTEMPT_GRACE_S
+    if state.open_attempts:
+        expiry = min(expiry, state.expiry_check_at) if state.expiry_check_at else 0.0
+    update = {"arms": arms, "open_attempts": open_attempts, "expiry_check_at": expiry}
+    state = state.model_copy(update=update)
+    decision = Decision(
+        id=derived_id("decision", request_id, attempt),
+        occurred_at=at(state.clock),
+        request_id=request_id,
+        attempt=attempt,
+        route=accepted.route,
+        deployment=chosen.deployment,
+        provider=chosen.provider.id,
+        model=chosen.model,
+        strategy=policy.params.strategy.value,
+        algorithm_version=ALGORITHM_VERSION[policy.params.strategy],
+        candidates=selection.candidates,
+        excluded=selection.excluded,
+        config_hash=policy.config_hash,
+        state_version=state.position,
+        propensity=selection.propensity,
+        selection_rule=selection.rule,
+        domain=plan.domain,
+        candidate_filter=plan.rule,
+        mode=plan.mode.mode.value,
+        mode_source=plan.mode.source,
+        prompt_sha256=accepted.prompt_sha256,
+        prompt_chars=accepted.prompt_chars,
+    )
+    dispatch = Dispatch(
+        id=derived_id("dispatch", request_id, attempt),
+        occurred_at=decision.occurred_at,
+        decision=decision,
+        accepted=accepted,
+        timeout_s=chosen.provider.timeout_ms / 1000.0,
+        max_attempts=1 if plan.no_fallback else policy.max_attempts(accepted.route),
+        min_confidence=plan.min_confidence,
+        tried=list(tried),
+        not_before=state.clock + backoff_s(request_id, attempt, policy),
+        deadline=deadline,
+    )
+    return Step(state, dispatches=[dispatch])
+
+
+def _park(
+    state: RouteState,
+    accepted: RequestAccepted,
+    attempt: int,
+    tried: list[str],
+    waits: int,
+    excluded: list[Exclusion],
+    policy: Policy,
+    carrier: int,
+) -> RouteState | None:
+    """The state with this attempt waiting for a deployment, or None when waiting can't help."""
+    if len(state.parked) >= policy.params.max_parked:
+        return None
+    request_id = accepted.request.request_id
+    retry_at = state.clock + parking.wait_s(request_id, attempt, waits, policy)
+    deadline = deadline_of(accepted, policy)
+    if retry_at >= deadline:
+        return None
+    entry = Parked(
+        request_id=request_id,
+        attempt=attempt,
+        carrier=carrier,
+        deadline=deadline,
+        tried=tried,
+        retry_at=retry_at,
+        waits=waits,
+    )
+    key = attempt_key(request_id, attempt)
+    return state.model_copy(update={"parked": {**state.parked, key: entry}})

@@ -1,0 +1,87 @@
+"""What the fold answers with: response events, deadlines and the retry backoff.
+
+Pure helpers shared by the fold (:mod:`app.routing.fold`) and admission
+(:mod:`app.routing.admission`); the simulator's baselines use the same
+deadline and backoff.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from app.events import (
+    AttemptFinished,
+    ErrorBody,
+    RequestAccepted,
+    Response,
+    StatusClass,
+    derived_id,
+)
+from app.routing import bandit
+from app.routing.policy import Policy
+
+
+def epoch(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def deadline_of(accepted: RequestAccepted, policy: Policy) -> float:
+    return epoch(accepted.occurred_at) + policy.params.request_deadline_s
+
+
+def backoff_s(request_id: str, attempt: int, policy: Policy) -> float:
+    """Seed 003 error n°1: exponential backoff between attempts, with seeded jitter.
+
+    ``base x 2^(attempt-2) x U[0.5, 1)``; none before the first attempt. The
+    jitter keeps retries of a failed burst from arriving together.
+    """
+    if attempt <= 1:
+        return 0.0
+    jitter = 0.5 + 0.5 * bandit.seeded_rng("backoff", request_id, attempt).random()
+    return float(policy.params.retry_backoff_s * 2 ** (attempt - 2) * jitter)
+
+
+def error_response(request_id: str, attempts: int, clock: float, error: ErrorBody) -> Response:
+    return Response(
+        id=derived_id("response", request_id),
+        occurred_at=at(clock),
+        request_id=request_id,
+        status="error",
+        attempts=attempts,
+        error=error,
+    )
+
+
+def deadline_error(message: str) -> ErrorBody:
+    return ErrorBody(
+        type="deadline_exceeded", message=message, code="deadline_exceeded", http_status=504
+    )
+
+
+def final_response(event: AttemptFinished, clock: float) -> Response:
+    outcome = event.outcome
+    if outcome.status_class is StatusClass.SUCCESS and event.completion is not None:
+        return Response(
+            id=derived_id("response", outcome.request_id),
+            occurred_at=at(clock),
+            request_id=outcome.request_id,
+            status="ok",
+            attempts=outcome.attempt,
+            deployment=outcome.deployment,
+            completion=event.completion,
+        )
+    if outcome.status_class is StatusClass.EXPIRED:
+        error = deadline_error(outcome.error or "the request's deadline passed")
+    else:
+        error = ErrorBody(
+            type=outcome.status_class.value,
+            message=outcome.error or outcome.status_class.value,
+            code="provider_error",
+            http_status=outcome.http_status,
+        )
+    response = error_response(outcome.request_id, outcome.attempt, clock, error)
+    return response.model_copy(update={"deployment": outcome.deployment})

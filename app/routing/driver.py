@@ -1,0 +1,209 @@
+"""The one loop that drives the fold, for every user of it.
+
+The live router, replay, the counterfactual, the synthetic log, the simulator
+and the benches all fold routing-log events through :class:`Driver`: it calls
+:func:`app.routing.fold.handle` for each event, then takes what the state says
+is ready (:func:`~app.routing.fold.wanted`: parked attempts whose wait is over,
+the head of the line) with events recalled from the log, until nothing is.
+
+What the fold may recall is kept in a :class:`Recall` per route: the requests
+on the route's line and the carriers of its parked attempts. Drivers that hold
+the whole log keep them all; the live router bounds what it keeps in memory and
+reads the rest back from the routing topic (:mod:`agents.recall`). Either way the
+events are the log's own, so every driver takes the same steps.
+
+:meth:`Driver.steps` is a generator: it yields each :class:`Want` it cannot
+answer from memory and expects the recalled ``(position, event)`` back. Sync
+users call :meth:`Driver.fold` (memory is complete for them); the live router
+drives the generator and awaits its reads.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import cast
+
+from app.events import RequestAccepted, RoutingLogEvent, route_of
+from app.routing.fold import Step, Want, handle, take, wanted
+from app.routing.policy import Policy
+from app.routing.state import RouteState
+
+Recalled = tuple[int, RoutingLogEvent]
+
+
+class NotInMemory(LookupError):
+    """A sync driver was asked for an event it does not hold (a bug in its caller)."""
+
+
+@dataclass
+class Recall:
+    """One route's events the fold may need again, by routing-log position.
+
+    ``line`` holds, in order, every request of the line at positions after
+    ``line_from`` up to the last one kept (None: it knows nothing of the line, as
+    after a restart). It keeps requests while their total size stays within
+    ``max_bytes`` (None: no bound); past it, ``complete`` turns False and the rest
+    must be read back from the log when the line gets to them.
+    """
+
+    max_bytes: int | None = None
+    line: list[Recalled] = field(default_factory=list)
+    line_from: int | None = None
+    complete: bool = False
+    carriers: dict[int, RoutingLogEvent] = field(default_factory=dict)
+    line_bytes: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    def start_line(self, after: int) -> None:
+        """The line starts after ``after``: what it holds from now on is all of it."""
+        self._clear_line()
+        self.line_from, self.complete = after, True
+
+    def keep_line(self, position: int, event: RequestAccepted, size: int) -> None:
+        if self.line_from is None or not self.complete:
+            return
+        if self.max_bytes is not None and self.line_bytes + size > self.max_bytes:
+            self.complete = False  # this one and those after it stay in the log only
+            return
+        self.line.append((position, event))
+        self.sizes[position] = size
+        self.line_bytes += size
+
+    def head_after(self, after: int) -> Recalled | None:
+        if self.line_from is None or after < self.line_from:
+            return None
+        index = bisect.bisect_right(self.line, after, key=lambda item: item[0])
+        return self.line[index] if index < len(self.line) else None
+
+    def refill(self, after: int, events: list[Recalled], up_to_date: bool) -> None:
+        """The line's requests after ``after``, read back from the log in order; True
+        ``up_to_date`` when the read reached the route's newest event."""
+        self.start_line(after)
+        for position, event in events:
+            if isinstance(event, RequestAccepted):
+                self.keep_line(position, event, len(event.model_dump_json()))
+        if not up_to_date:
+            self.complete = False
+
+    def find(self, want: Want) -> Recalled | None:
+        if want.kind == "parked":
+            event = self.carriers.get(want.position)
+            return None if event is None else (want.position, event)
+        return self.head_after(want.position)
+
+    def prune(self, state: RouteState) -> None:
+        """Drop what the state no longer refers to."""
+        wanted_carriers = {p.carrier for p in state.parked.values()}
+        for position in [p for p in self.carriers if p not in wanted_carriers]:
+            del self.carriers[position]
+        if not state.line.waiting:
+            self._clear_line()
+            self.line_from = None
+            return
+        index = bisect.bisect_right(self.line, state.line.after, key=lambda item: item[0])
+        for position, _ in self.line[:index]:
+            self.line_bytes -= self.sizes.pop(position, 0)
+        del self.line[:index]
+
+    def _clear_line(self) -> None:
+        self.line.clear()
+        self.sizes.clear()
+        self.line_bytes = 0
+
+
+def find_in_log(log: Mapping[int, RoutingLogEvent], route: str, want: Want) -> Recalled | None:
+    """What ``want`` names, looked up in a whole log held in memory."""
+    if want.kind == "parked":
+        event = log.get(want.position)
+        return None if event is None else (want.position, event)
+    after = [
+        p
+        for p, e in log.items()
+        if p > want.position and isinstance(e, RequestAccepted) and route_of(e) == route
+    ]
+    return (min(after), log[min(after)]) if after else None
+
+
+@dataclass
+class Driver:
+    """Per route: the state and the recall memory, folded with one policy source."""
+
+    policy: Callable[[], Policy]
+    states: dict[str, RouteState] = field(default_factory=dict)
+    memory: dict[str, Recall] = field(default_factory=dict)
+    max_recall_bytes: int | None = None
+
+    def state(self, route: str) -> RouteState:
+        return self.states.get(route) or RouteState()
+
+    def recall(self, route: str) -> Recall:
+        memory = self.memory.get(route)
+        if memory is None:
+            memory = self.memory[route] = Recall(self.max_recall_bytes)
+        return memory
+
+    def steps(
+        self, event: RoutingLogEvent, position: int, size: int = 0
+    ) -> Generator[Want, Recalled, Step]:
+        """Fold one event and take what is ready; yield each recall memory cannot answer."""
+        route = route_of(event)
+        policy = self.policy()
+        before = self.state(route)
+        step = handle(before, event, position, policy)
+        memory = self.recall(route)
+        self._remember(memory, before, step.state, event, position, size)
+        while (want := wanted(step.state)) is not None:
+            found = memory.find(want)
+            if found is None:
+                found = yield want
+            recalled_at, recalled = found
+            step = step.then(take(step.state, want, recalled_at, recalled, policy))
+            if any(p.carrier == recalled_at for p in step.state.parked.values()):
+                memory.carriers[recalled_at] = recalled
+        memory.prune(step.state)
+        self.states[route] = step.state
+        return step
+
+    def fold(
+        self,
+        event: RoutingLogEvent,
+        position: int,
+        log: Mapping[int, RoutingLogEvent] | None = None,
+    ) -> Step:
+        """:meth:`steps` for a caller that holds the log: what memory lacks (a driver
+        resumed from a stored state) is looked up in ``log``, by position."""
+        run = self.steps(event, position)
+        try:
+            want = next(run)
+            while True:
+                found = find_in_log(log or {}, route_of(event), want)
+                if found is None:
+                    raise NotInMemory(f"{route_of(event)}: {want} is not in memory or the log")
+                want = run.send(found)
+        except StopIteration as done:
+            return cast(Step, done.value)
+
+    def forget(self) -> None:
+        """Partitions moved: states are re-read from their rows, memory refilled."""
+        self.states.clear()
+        self.memory.clear()
+
+    @staticmethod
+    def _remember(
+        memory: Recall,
+        before: RouteState,
+        after: RouteState,
+        event: RoutingLogEvent,
+        position: int,
+        size: int,
+    ) -> None:
+        if before.line.waiting == 0 and after.line.waiting:
+            memory.start_line(after.line.after)
+        if after.line.waiting > before.line.waiting and isinstance(event, RequestAccepted):
+            if memory.max_bytes is not None and not size:
+                size = len(event.model_dump_json())
+            memory.keep_line(position, event, size)
+        if any(p.carrier == position for p in after.parked.values()):
+            memory.carriers[position] = event

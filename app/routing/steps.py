@@ -1,0 +1,39 @@
+"""What one fold step returns: the new state and the records to send."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.events import Dispatch, Response
+from app.routing.state import ArmState, RouteState
+
+
+@dataclass(frozen=True)
+class Step:
+    state: RouteState
+    dispatches: list[Dispatch] = field(default_factory=list)
+    responses: list[Response] = field(default_factory=list)
+    #: False when the event was a duplicate and changed nothing but the clock.
+    applied: bool = True
+
+    def then(self, later: Step) -> Step:
+        """This step followed by ``later`` (taken from the state this one left)."""
+        return Step(
+            later.state,
+            self.dispatches + later.dispatches,
+            self.responses + later.responses,
+            self.applied,
+        )
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A new request no deployment can take now because its candidates are busy: it
+    waits in the log. ``arms``: breaker moves the selection made on the clock (kept)."""
+
+    arms: dict[str, ArmState] = field(default_factory=dict)
+
+    def on(self, state: RouteState) -> RouteState:
+        return (
+            state.model_copy(update={"arms": {**state.arms, **self.arms}}) if self.arms else state
+        )
