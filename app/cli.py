@@ -11,8 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from app.config import ConfigError
-from app.settings import Strategy
+from app.settings import SETTINGS_MODELS, Strategy, describe_error, get_settings
 
 
 def _worker(_: argparse.Namespace) -> int:
@@ -25,14 +27,24 @@ def _worker(_: argparse.Namespace) -> int:
     registered = (agents, web)  # importing them registers the agents and the views
     assert registered
     policy_holder().load()  # fail fast, with one clear line, on a bad providers file
+    _make_data_dir(settings.data_dir)
     worker = SwitchyardWorker(faust_app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
     return 0
 
 
+def _make_data_dir(path: Path) -> None:
+    """Faust makes the data dir itself, not its parents: a relative one may lack them."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"SWITCHYARD_DATA_DIR: cannot create {path}: {exc.strerror}") from None
+
+
 def _demo(args: argparse.Namespace) -> int:
     from app import demo
 
+    get_settings()  # a bad SWITCHYARD_* setting: one line, before anything starts
     return demo.main(
         args.requests, args.rate, args.seed, args.json, args.timeout, args.strategy, args.export
     )
@@ -40,6 +52,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from app.embedded.stack import EmbeddedStack
+
+    get_settings()  # a bad SWITCHYARD_* setting: one line, before anything starts
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -144,6 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except ConfigError as exc:
         print(f"switchyard: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        if exc.title not in SETTINGS_MODELS:
+            raise
+        print(f"switchyard: bad setting {describe_error(exc)}", file=sys.stderr)
         return 2
 
 

@@ -336,3 +336,37 @@ def test_max_attempts_route_override() -> None:
     pol = Policy(parse_config(data, env=ENV), params(max_attempts=4))
     assert pol.max_attempts("chat") == 2
     assert pol.max_attempts("fast") == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("providers: [\n  a: 1\n  : : :\n", "line 3, column 3"),
+        ("providers:\n  - id: a\n   base_url: x\n", "line 3, column 4"),
+        ("providers:\n\t- id: a\n", "line 2, column 1"),
+    ],
+)
+def test_a_yaml_syntax_error_names_line_and_column(tmp_path: Path, text: str, where: str) -> None:
+    bad = tmp_path / "providers.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(bad, env=ENV)
+    message = str(info.value)
+    assert message.startswith(f"{bad} is not valid YAML at {where}: "), message
+    assert "\n" not in message
+
+
+def test_a_yaml_error_quotes_no_secret(tmp_path: Path) -> None:
+    bad = tmp_path / "providers.yaml"
+    bad.write_text(f"providers:\n  - api_key: *{SECRET}\n")  # an alias that does not exist
+    with pytest.raises(ConfigError) as info:
+        load_config(bad, env=ENV)
+    assert "line 2, column 14" in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_a_providers_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "providers.yaml"
+    bad.write_bytes(b"providers: \xff\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(bad, env=ENV)
