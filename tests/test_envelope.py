@@ -211,3 +211,14 @@ def test_an_unconfident_local_answer_too_large_to_carry_is_retried_without_it() 
     outcome, finished, _ = sealed(sent, success("y" * 1_500_000, confidence=0.2))
     assert outcome.status_class is StatusClass.SUCCESS and not outcome.final
     assert finished.completion is None and finished.retry is not None
+
+
+def test_the_compose_broker_takes_the_largest_record() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    compose = yaml.safe_load((Path(__file__).parent.parent / "docker-compose.yml").read_text())
+    kafka = compose["services"]["kafka"]["environment"]
+    assert int(kafka["KAFKA_MESSAGE_MAX_BYTES"]) >= SETTINGS.producer_max_request_size
+    assert int(kafka["KAFKA_REPLICA_FETCH_MAX_BYTES"]) >= int(kafka["KAFKA_MESSAGE_MAX_BYTES"])
