@@ -57,12 +57,20 @@ def ask(request_id: str) -> dict[str, Any]:
     return {"request_id": request_id, "messages": [{"role": "user", "content": text}]}
 
 
-#: Records that never become requests: dead-lettered, and logged by reason and offset only.
+def bad(request_id: str, tail: str) -> bytes:
+    head = f'{{"request_id": "{request_id}", "messages": [{{"role": "user", "content": "{MARKER}'
+    return (head + tail).encode()
+
+
+#: Records that never become requests (malformed, and issue 17's poison): dead-lettered,
+#: and logged by reason and offset only.
 MALFORMED = [
     f'{{"not json {MARKER}'.encode(),
-    json.dumps({"request_id": "bad-1", "messages": [{"role": "user", "content": MARKER}],
-                "max_tokens": "many"}).encode(),
-]  # fmt: skip
+    bad("bad-1", '"}], "max_tokens": "many"}'),
+    bad("bad-2", ' \\ud800"}]}'),  # a lone surrogate
+    bad("bad-3", '"}], "metadata": ' + "[" * 10_000 + "]" * 10_000 + "}"),
+    bad("bad-4", '"}], "max_tokens": 1' + "0" * 5_000 + "}"),
+]
 
 
 @dataclass
@@ -187,7 +195,11 @@ async def run(broker: EmbeddedBroker) -> AsyncIterator[Run]:
         time_scale=2.0,
         seed=17,
         providers_yaml=one_at_a_time,
-        env={"SWITCHYARD_ADMIN_TOKEN": TOKEN, "SWITCHYARD_LOG_LEVEL": "info"},
+        env={
+            "SWITCHYARD_ADMIN_TOKEN": TOKEN,
+            "SWITCHYARD_WEB_BUILTIN_VIEWS": "true",  # so /table/* is searched too
+            "SWITCHYARD_LOG_LEVEL": "info",
+        },
     )
     await stack.start()
     try:
@@ -248,12 +260,27 @@ async def test_the_requests_really_waited(run: Run) -> None:
     assert run.waiting.changelog_records > 0
 
 
+def builtin(leak_or_path: str) -> bool:
+    return leak_or_path.startswith(("/table", "/router"))
+
+
 async def test_no_http_view_and_no_metric_carries_content(run: Run) -> None:
     for look in (run.waiting, run.done):
         assert {"/metrics", "/admin/bandit/stats", "/admin/trace/{request_id}"} <= set(look.views)
         assert look.views["/admin/trace/{request_id}"] == 200
         assert all(status < 500 for status in look.views.values()), look.views
-        assert look.view_leaks == []
+        assert [leak for leak in look.view_leaks if not builtin(leak)] == []
+
+
+@pytest.mark.xfail(
+    "accepted" in Parked.model_fields,
+    strict=True,
+    reason="/table/route-state/ serves the parked requests until issue 17 §1 lands",
+)
+async def test_faust_table_views_carry_no_content_when_enabled(run: Run) -> None:
+    for look in (run.waiting, run.done):
+        assert "/table/{name}/{key}/" in look.views and "/router/" in look.views
+        assert [leak for leak in look.view_leaks if builtin(leak)] == []
 
 
 async def test_the_worker_log_carries_no_content(run: Run) -> None:
@@ -271,22 +298,31 @@ async def test_the_route_state_changelog_carries_no_content(run: Run) -> None:
     assert run.waiting.changelog == [] and run.done.changelog == []
 
 
-async def test_faust_builtin_views_are_off_by_default(run: Run) -> None:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{run.port}", timeout=10) as client:
+async def test_faust_builtin_views_are_off_by_default(stack: EmbeddedStack) -> None:
+    """The ``stack`` fixture's worker runs with default settings: no views of Faust's, and
+    no token, so the admin views answer loopback clients (this test) only."""
+    port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
+    await wait_for_web(stack, port)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
         for path in ("/table/", "/router/", "/table/route-state/", "/graph/", "/performance/"):
-            assert (await client.get(path, headers=auth())).status_code == 404, path
-        assert (await client.get("/", headers=auth())).json() == {"status": "OK"}
+            assert (await client.get(path)).status_code == 404, path
+        assert (await client.get("/")).json() == {"status": "OK"}
+        assert (await client.get("/admin/bandit/stats")).status_code == 200
+        routes = (await client.get("/admin/routes")).json()["routes"]
+        assert not [r for r in routes if builtin(r["path"])]
 
 
 async def test_admin_views_need_the_token_and_metrics_do_not(run: Run) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{run.port}", timeout=10) as client:
-        for path in ("/admin/bandit/stats", "/admin/routes", "/admin/trace/nc-000", "/table/"):
+        paths = ["/admin/bandit/stats", "/admin/routes", "/admin/trace/nc-000", "/table/"]
+        for path in [*paths, "/router/", "/table/route-state/chat/"]:
             assert (await client.get(path)).status_code == 401, path
             wrong = await client.get(path, headers=auth("not-the-token"))
             assert wrong.status_code == 401 and TOKEN not in wrong.text
             basic = await client.get(path, headers={"Authorization": f"Basic {TOKEN}"})
             assert basic.status_code == 401
         assert (await client.get("/admin/bandit/stats", headers=auth())).status_code == 200
+        assert (await client.get("/table/", headers=auth())).status_code == 200
         assert (await client.get("/metrics")).status_code == 200
     log = (run.stack.workdir / "worker-0.log").read_text(encoding="utf-8", errors="replace")
     assert TOKEN not in log
