@@ -17,6 +17,24 @@ from bench.throughput.stats import latency_dict
 from bench.throughput.workload import API_KEY, MOCK_MODEL
 
 
+def mock_provider(
+    provider_id: str, mock: MockServer, max_concurrency: int = 100_000
+) -> dict[str, Any]:
+    """A providers-file entry for a deployment at ``mock`` (the default ``max_concurrency`` is
+    far above any in-flight count: the throughput bench measures speed, not caps)."""
+    return {
+        "id": provider_id,
+        "base_url": mock.base_url,
+        "api_key": API_KEY,
+        "cost_per_mtok_input": 1.0,
+        "cost_per_mtok_output": 3.0,
+        "max_concurrency": max_concurrency,
+        "p95_latency_baseline_ms": 2.0 * mock.latency_ms,
+        "timeout_ms": 10_000,
+        "models": [{"name": MOCK_MODEL}],
+    }
+
+
 def providers_yaml(mocks: Sequence[MockServer], deployments: int) -> str:
     """One route per mock (``chat-<kind>``), ``deployments`` providers on it, all at that mock."""
     import yaml
@@ -26,21 +44,7 @@ def providers_yaml(mocks: Sequence[MockServer], deployments: int) -> str:
     for mock in mocks:
         ids = [f"mock{i}-{mock.kind}" for i in range(deployments)]
         routes[f"chat-{mock.kind}"] = {"providers": ids}
-        for pid in ids:
-            providers.append(
-                {
-                    "id": pid,
-                    "base_url": mock.base_url,
-                    "api_key": API_KEY,
-                    "cost_per_mtok_input": 1.0,
-                    "cost_per_mtok_output": 3.0,
-                    # Far above any in-flight count here: the bench measures speed, not caps.
-                    "max_concurrency": 100_000,
-                    "p95_latency_baseline_ms": 2.0 * mock.latency_ms,
-                    "timeout_ms": 10_000,
-                    "models": [{"name": MOCK_MODEL}],
-                }
-            )
+        providers += [mock_provider(pid, mock) for pid in ids]
     config = {"providers": providers, "routes": routes, "default_route": f"chat-{mocks[0].kind}"}
     return str(yaml.safe_dump(config, sort_keys=False))
 
