@@ -96,6 +96,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "outage": ("bench.outage", "seed 003's 47-minute outage on the live stack (llmock)"),
     "crash": ("bench.crash", "SIGKILL the worker under load; count what was lost"),
     "throughput": ("bench.throughput", "one worker's throughput and overhead vs LiteLLM"),
+    "poison": ("bench.poison", "10,030 malformed records among 1,000 valid: dead letters, crashes"),
 }
 
 
