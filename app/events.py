@@ -149,6 +149,11 @@ class StatusClass(StrEnum):
     EXPIRED = "expired"
 
 
+#: The error code (and first word of the outcome's error) of an answer too large to be
+#: delivered in a record (app/execution/envelope.py).
+RESPONSE_TOO_LARGE = "response_too_large"
+
+
 class Outcome(Envelope):
     """One attempt's result, on ``llm.outcomes``. No prompt or completion text."""
 

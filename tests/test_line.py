@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from factories import T0, accepted, finish, fold, outcome, policy, provider, route_state
+from factories import (
+    T0,
+    accepted,
+    finish,
+    finished,
+    fold,
+    outcome,
+    policy,
+    provider,
+    route_state,
+)
 
 from app.events import RequestAccepted, RouteTick, RoutingLogEvent, StatusClass
 from app.routing.driver import Driver, Recalled, find_in_log
@@ -137,3 +147,14 @@ def test_a_pinned_head_whose_pin_is_busy_holds_the_line() -> None:
     pinned = accepted("pin", T0, offset=0).model_copy(update={"pinned": A})
     run = fold([pinned, accepted("free", T0, offset=1)], pol, state)
     assert run.dispatches == [] and run.state.line.waiting == 2
+
+
+def test_an_answer_too_large_for_a_record_reaches_the_requester_as_response_too_large() -> None:
+    pol = policy(provider("a"))
+    run = fold([accepted("big", T0)], pol)
+    error = "response_too_large: the answer's record is 1500000 bytes, over the limit"
+    done = outcome("big", A, T0 + 1, status=StatusClass.CLIENT_ERROR, http_status=200)
+    done = done.model_copy(update={"error": error})
+    (response,) = fold([finished(done)], pol, run).responses
+    assert response.error is not None
+    assert (response.error.code, response.error.http_status) == ("response_too_large", 502)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Final
 
 from app.config import ProviderConfig
-from app.events import Dispatch, Outcome, StatusClass
+from app.events import RESPONSE_TOO_LARGE, Dispatch, Outcome, StatusClass
 from app.execution.call import CallResult, build_outcome, feedback, is_final
 
-#: The first word of a too-large attempt's error (and the code its response should carry).
-RESPONSE_TOO_LARGE: Final = "response_too_large"
+__all__ = ["RESPONSE_TOO_LARGE", "seal"]
 
 
 def seal(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from app.events import (
+    RESPONSE_TOO_LARGE,
     AttemptFinished,
     ErrorBody,
     RequestAccepted,
@@ -76,6 +77,14 @@ def final_response(event: AttemptFinished, clock: float) -> Response:
         )
     if outcome.status_class is StatusClass.EXPIRED:
         error = deadline_error(outcome.error or "the request's deadline passed")
+    elif (outcome.error or "").startswith(RESPONSE_TOO_LARGE):
+        # The provider answered; the answer cannot be carried in a record (502, final).
+        error = ErrorBody(
+            type=RESPONSE_TOO_LARGE,
+            message=outcome.error or RESPONSE_TOO_LARGE,
+            code=RESPONSE_TOO_LARGE,
+            http_status=502,
+        )
     else:
         error = ErrorBody(
             type=outcome.status_class.value,
