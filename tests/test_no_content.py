@@ -30,7 +30,6 @@ from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
-from app.routing.state import Parked
 
 pytestmark = pytest.mark.broker
 
@@ -272,11 +271,6 @@ async def test_no_http_view_and_no_metric_carries_content(run: Run) -> None:
         assert [leak for leak in look.view_leaks if not builtin(leak)] == []
 
 
-@pytest.mark.xfail(
-    "accepted" in Parked.model_fields,
-    strict=True,
-    reason="/table/route-state/ serves the parked requests until issue 17 §1 lands",
-)
 async def test_faust_table_views_carry_no_content_when_enabled(run: Run) -> None:
     for look in (run.waiting, run.done):
         assert "/table/{name}/{key}/" in look.views and "/router/" in look.views
@@ -290,11 +284,6 @@ async def test_the_worker_log_carries_no_content(run: Run) -> None:
     assert run.waiting.log == [] and run.done.log == []
 
 
-@pytest.mark.xfail(
-    "accepted" in Parked.model_fields,
-    strict=True,
-    reason="parked attempts hold the request until issue 17 §1 lands",
-)
 async def test_the_route_state_changelog_carries_no_content(run: Run) -> None:
     assert run.waiting.changelog == [] and run.done.changelog == []
 
