@@ -103,7 +103,11 @@ def run_and_write(
 ) -> Report:
     """Run a bench, print its tables, write its report as JSON to ``path``."""
     started = time.monotonic()
-    report = run_stopping_on_sigterm(main)
+    try:
+        report = run_stopping_on_sigterm(main)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted; every process of the run was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
     report["seconds"] = time.monotonic() - started
     print(render(report))
     path.parent.mkdir(parents=True, exist_ok=True)
