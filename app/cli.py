@@ -97,6 +97,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "crash": ("bench.crash", "SIGKILL the worker under load; count what was lost"),
     "throughput": ("bench.throughput", "one worker's throughput and overhead vs LiteLLM"),
     "poison": ("bench.poison", "10,030 malformed records among 1,000 valid: dead letters, crashes"),
+    "burst": ("bench.burst", "N requests at once to one worker: refused, drained, state size"),
+    "backlog": ("bench.backlog", "stop the worker under load, restart it: fates, breakers"),
 }
 
 
