@@ -205,8 +205,35 @@ class RouteTick(Envelope):
     route: str
 
 
+GradeSource = Literal["user", "judge", "task", "heuristic"]
+
+
+class GradeApplied(Envelope):
+    """A quality grade matched to the answer it grades (issue 10), on the routing log
+    keyed by route, so the route's single writer folds it in log order. No free text.
+
+    Made from an ``llm.feedback`` record once its request's final answer is known:
+    ``deployment`` and ``context`` are those of the attempt that answered. A second
+    grade from the same ``source`` for the same request replaces the first: the
+    replaced grade comes along (``replaces_*``) so the fold can take it back.
+    """
+
+    type: Literal["grade.applied"] = "grade.applied"
+    request_id: str
+    route: str
+    deployment: str
+    #: The context key the answering decision was made in (``Decision.context``).
+    context: str | None = None
+    source: GradeSource
+    score: float = Field(ge=0.0, le=1.0)
+    weight: float = Field(default=1.0, gt=0.0, le=100.0)
+    feedback_id: str
+    replaces_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    replaces_weight: float | None = Field(default=None, gt=0.0, le=100.0)
+
+
 RoutingLogEvent = Annotated[
-    RequestAccepted | AttemptFinished | RouteTick, Field(discriminator="type")
+    RequestAccepted | AttemptFinished | RouteTick | GradeApplied, Field(discriminator="type")
 ]
 
 
@@ -320,7 +347,7 @@ class DeadLetter(Envelope):
     original_base64: str
 
 
-def route_of(event: RequestAccepted | AttemptFinished | RouteTick) -> str:
+def route_of(event: RequestAccepted | AttemptFinished | RouteTick | GradeApplied) -> str:
     """The route a routing-log event belongs to (its partition key)."""
     if isinstance(event, AttemptFinished):
         return event.outcome.route

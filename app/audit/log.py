@@ -34,6 +34,7 @@ from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
 from app.events import (
     AttemptFinished,
     Decision,
+    GradeApplied,
     Outcome,
     RequestAccepted,
     Response,
@@ -43,7 +44,7 @@ from app.events import (
 from app.settings import Topics
 
 E = TypeVar("E")
-RoutingEvent = RequestAccepted | AttemptFinished | RouteTick
+RoutingEvent = RequestAccepted | AttemptFinished | RouteTick | GradeApplied
 STREAMS = ("routing", "decisions", "outcomes", "responses")
 EXPORT_FORMAT = "switchyard-export/1"
 

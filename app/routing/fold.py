@@ -39,6 +39,7 @@ from typing import Literal
 from app.events import (
     AttemptFinished,
     ErrorBody,
+    GradeApplied,
     RequestAccepted,
     Response,
     RouteTick,
@@ -55,6 +56,7 @@ from app.routing.answers import (
     final_response,
 )
 from app.routing.feedback import apply_outcome
+from app.routing.grading import apply_grade
 from app.routing.policy import Policy
 from app.routing.state import ArmState, Line, RouteState, attempt_key
 from app.routing.steps import Step
@@ -86,6 +88,8 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         step = Step(state)
     elif isinstance(event, RequestAccepted):
         step = _arrive(state, event, position, policy)
+    elif isinstance(event, GradeApplied):
+        step = Step(apply_grade(state, event, policy))
     else:
         step = _finish(state, event, position, policy)
     if expired or overdue:
