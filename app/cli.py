@@ -18,6 +18,9 @@ from app.settings import SETTINGS_MODELS, Strategy, describe_error, get_settings
 
 
 def _worker(_: argparse.Namespace) -> int:
+    from app import log_hygiene
+
+    log_hygiene.install()  # before anything logs a record: values become their size
     import agents
     from app import web
     from app.faust_app import SwitchyardWorker, settings

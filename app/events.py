@@ -43,7 +43,7 @@ def derived_id(*parts: object) -> str:
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
 
 class Envelope(Frozen):
@@ -58,14 +58,14 @@ class Envelope(Frozen):
 class ChatMessage(BaseModel):
     """One OpenAI chat message. Extra keys (name, tool_calls ...) pass through."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", hide_input_in_errors=True)
 
     role: Literal["system", "user", "assistant", "tool", "developer", "function"]
     content: str | list[dict[str, Any]] | None = None
 
 
 class RoutingOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
 
@@ -73,7 +73,7 @@ class RoutingOptions(BaseModel):
 class ProviderPreferences(BaseModel):
     """Seed 004's per-request provider lists."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     only: list[str] | None = None
     ignore: list[str] = Field(default_factory=list)
@@ -83,7 +83,7 @@ class ProviderPreferences(BaseModel):
 class ChatRequest(BaseModel):
     """What a platform publishes on ``llm.requests``. Unknown fields are ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     request_id: Annotated[str, Field(min_length=1, max_length=200)]
     messages: Annotated[list[ChatMessage], Field(min_length=1)]

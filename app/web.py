@@ -12,7 +12,6 @@ from faust import web
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app import log_hygiene
 from app.faust_app import app, settings
 from app.kafka import bootstrap_servers
 from app.routing.state import RouteState
@@ -22,8 +21,6 @@ from tables.routing import all_route_states
 # Before the server starts (aiohttp freezes its middlewares then): it covers Faust's own
 # views too, whatever registers them.
 cast(AiohttpWeb, app.web).web_app.middlewares.append(admin_gate(admin_token(settings)))
-# The worker imports this module before it starts: no record values in its DEBUG log.
-log_hygiene.install()
 
 
 @app.page("/metrics")
