@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ def _worker(_: argparse.Namespace) -> int:
     from app import log_hygiene
 
     log_hygiene.install()  # before anything logs a record: values become their size
+    _detect_fetch_holding()
     import agents
     from app import web
     from app.faust_app import SwitchyardWorker, settings
@@ -34,6 +36,29 @@ def _worker(_: argparse.Namespace) -> int:
     worker = SwitchyardWorker(faust_app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
     return 0
+
+
+def _detect_fetch_holding() -> None:
+    """Unless told, find out whether the broker holds fetches (Tansu): before the app is built.
+
+    Without the short fetch wait such a broker costs seconds per hop, silently.
+    """
+    if "SWITCHYARD_TANSU_COMPAT" in os.environ:
+        return
+    from app.compat.detect import broker_holds_fetches
+    from app.kafka import bootstrap_servers
+
+    settings = get_settings()
+    bootstrap = bootstrap_servers(settings.broker)
+    probe = broker_holds_fetches(bootstrap, settings.topics.probe, settings.replication_factor)
+    if asyncio.run(probe):
+        print(
+            "switchyard: the broker holds every fetch for its whole wait (Tansu): "
+            "SWITCHYARD_TANSU_COMPAT turned on",
+            file=sys.stderr,
+        )
+        os.environ["SWITCHYARD_TANSU_COMPAT"] = "1"
+        get_settings.cache_clear()
 
 
 def _make_data_dir(path: Path) -> None:

@@ -56,6 +56,13 @@ class Topics(BaseSettings):
     routing: str = "switchyard.routing"
     #: Internal: a decision together with the request it routes, for executors.
     dispatch: str = "switchyard.dispatch"
+    #: Quality grades of answers (issue 10), keyed as the producer likes.
+    feedback: str = "llm.feedback"
+    #: Internal: valid feedback re-keyed by request id, co-partitioned with ``outcomes``.
+    feedback_matching: str = "switchyard.feedback"
+    #: Internal: one record per worker start, to tell how the broker answers fetches
+    #: (app/compat/detect.py).
+    probe: str = "switchyard.probe"
 
 
 class RoutingParams(BaseSettings):
@@ -143,6 +150,28 @@ class RoutingParams(BaseSettings):
     adaptive_exploration: float = Field(
         default=0.005, ge=0.0, validation_alias="ADAPTIVE_EXPLORATION"
     )
+    # -- quality grades, real cost, context and pacing (issue 10; app/routing/estimates.py).
+    #: Thompson's Beta update from a grade: fractional (alpha += score, beta += 1 - score)
+    #: instead of seed 000's success when score >= 0.5. Traced in the algorithm version.
+    thompson_fractional: bool = Field(default=False, validation_alias="THOMPSON_FRACTIONAL")
+    #: Optimism on graded quality: the bound is mean + this x sd / sqrt(evidence).
+    quality_exploration: float = Field(
+        default=2.0, ge=0.0, validation_alias="QUALITY_EXPLORATION"
+    )
+    #: Spread of grades assumed before a deployment has any (worth two grades).
+    quality_prior_sd: float = Field(default=0.25, gt=0.0, le=1.0, validation_alias="QUALITY_PRIOR_SD")
+    #: Learn per context bucket (off: every request in one bucket).
+    context_learning: bool = Field(default=True, validation_alias="CONTEXT_LEARNING")
+    #: Grades a bucket needs before its own estimate is used (else a coarser bucket's).
+    context_min_grades: float = Field(default=20.0, ge=1.0, validation_alias="CONTEXT_MIN_GRADES")
+    #: Pseudo-grades of the coarser bucket's mean in a bucket's estimate.
+    context_prior_weight: float = Field(
+        default=10.0, ge=0.0, validation_alias="CONTEXT_PRIOR_WEIGHT"
+    )
+    #: Context buckets kept per deployment (the least used go first).
+    context_max_keys: int = Field(default=64, ge=1, validation_alias="CONTEXT_MAX_KEYS")
+    #: Step of the budget pacer's dual update, per request, in quality per target-cost.
+    pacer_step: float = Field(default=0.005, gt=0.0, validation_alias="PACER_STEP")
 
 
 class Settings(BaseSettings):
@@ -193,6 +222,12 @@ class Settings(BaseSettings):
     log_level: str = "warn"
     #: How often each worker publishes a RouteTick per route (seconds).
     tick_interval_s: float = Field(default=5.0, gt=0.0)
+    #: How long after its answer a request can still be graded (issue 10).
+    feedback_window_s: float = Field(default=24 * 3600.0, gt=0.0)
+    #: How long feedback waits for the outcome of its request to reach the answers table.
+    feedback_match_grace_s: float = Field(default=60.0, gt=0.0)
+    #: Largest feedback record, in bytes (more: dead letter ``oversized``).
+    feedback_max_bytes: int = Field(default=16 * 1024, ge=1024)
 
     topics: Topics = Field(default_factory=Topics)
     routing: RoutingParams = Field(default_factory=RoutingParams)

@@ -83,6 +83,7 @@ class EmbeddedStack:
         broker: EmbeddedBroker | None = None,
         namespace: str = "",
         providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
+        detect_broker: bool = False,
     ) -> None:
         self._own_broker = broker is None
         self.broker = broker or EmbeddedBroker()
@@ -96,6 +97,9 @@ class EmbeddedStack:
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="switchyard-"))
         self.workers: list[Worker] = []
+        #: Let workers find out how the broker answers fetches (app/compat/detect.py)
+        #: instead of being told: about a second more per worker start.
+        self.detect_broker = detect_broker
 
     @property
     def providers_file(self) -> Path:
@@ -109,9 +113,10 @@ class EmbeddedStack:
             SWITCHYARD_DATA_DIR=str(self.workdir / f"worker-{index}"),
             SWITCHYARD_WEB_PORT=str(free_port()),
             SWITCHYARD_PARTITIONS=str(self.partitions),
-            SWITCHYARD_TANSU_COMPAT="1",
             SWITCHYARD_APP_ID=f"switchyard-{self.namespace}" if self.namespace else "switchyard",
         )
+        if not self.detect_broker:
+            env["SWITCHYARD_TANSU_COMPAT"] = "1"
         for name, topic in self.topics.model_dump().items():
             env[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
         env.update(self.extra_env)
