@@ -120,8 +120,11 @@ def inspect_json(data: Any, max_depth: int) -> tuple[str, str] | None:
     return None
 
 
-def _read(raw: bytes, max_int_digits: int, max_depth: int) -> tuple[Any, tuple[str, str] | None]:
-    """The parsed JSON value, or (reason, detail) when it cannot be taken."""
+def read_json(
+    raw: bytes, max_int_digits: int, max_depth: int
+) -> tuple[Any, tuple[str, str] | None]:
+    """The parsed JSON value, or (reason, detail) when it cannot be taken: every check
+    above, for any input that must not stop a worker (requests, feedback)."""
     try:
         data = parse_json(raw, max_int_digits)
         return data, inspect_json(data, max_depth)
@@ -161,7 +164,7 @@ def accept(
     if len(raw) > max_request_bytes:
         detail = f"{len(raw)} bytes > limit {max_request_bytes}"
         return dead_letter("oversized", detail, raw, source, when, deadletter_max_bytes)
-    data, problem = _read(raw, max_int_digits, max_json_depth)
+    data, problem = read_json(raw, max_int_digits, max_json_depth)
     if problem is not None:
         return dead_letter(*problem, raw, source, when, deadletter_max_bytes)
     if not isinstance(data, dict):

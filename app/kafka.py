@@ -22,7 +22,17 @@ def bootstrap_servers(broker_url: str) -> str:
 
 def public_topics(settings: Settings) -> list[str]:
     t = settings.topics
-    return [t.requests, t.routing, t.dispatch, t.decisions, t.outcomes, t.responses, t.deadletter]
+    return [
+        t.requests,
+        t.routing,
+        t.dispatch,
+        t.decisions,
+        t.outcomes,
+        t.responses,
+        t.deadletter,
+        t.feedback,
+        t.feedback_matching,
+    ]
 
 
 async def ensure_topics(settings: Settings) -> None:
