@@ -76,11 +76,14 @@ class TraceView(web.View):
     """``switchyard audit REQUEST_ID --json``, over HTTP: read from the topics on each call."""
 
     async def get(self, request: web.Request, request_id: str) -> web.Response:
-        from app.audit.explain import build_trace
+        from app.audit.explain import also_read, build_trace
         from app.audit.log import read_broker
 
         log = await read_broker(
-            bootstrap_servers(settings.broker), settings.topics, only_request=request_id
+            bootstrap_servers(settings.broker),
+            settings.topics,
+            only_request=request_id,
+            keep=also_read,
         )
         trace = build_trace(log, request_id)
         if trace is None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.audit.log import STREAMS, RecordedLog, read_broker, read_export
+from app.audit.log import STREAMS, Keep, RecordedLog, read_broker, read_export
 from app.config import ConfigError, load_config
 from app.kafka import bootstrap_servers
 from app.routing.policy import Policy
@@ -53,11 +53,14 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_log(
-    args: argparse.Namespace, only_request: str | None = None, streams: Collection[str] = STREAMS
+    args: argparse.Namespace,
+    only_request: str | None = None,
+    streams: Collection[str] = STREAMS,
+    keep: Keep | None = None,
 ) -> RecordedLog:
     try:
         if args.from_export is not None:
-            return read_export(args.from_export, only_request, streams)
+            return read_export(args.from_export, only_request, streams, keep)
         settings = get_settings()
         bootstrap = bootstrap_servers(args.broker or settings.broker)
         return asyncio.run(
@@ -67,6 +70,7 @@ def load_log(
                 only_request=only_request,
                 streams=streams,
                 timeout_s=args.timeout,
+                keep=keep,
             )
         )
     except (OSError, LookupError, TimeoutError, ValueError) as exc:
@@ -120,7 +124,7 @@ def replay_command(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set or [])
     counterfactual_mode = bool(args.config or overrides or args.counterfactual)
     # Outcomes are in the routing log too; replay checks the router's own responses.
-    log = load_log(args, streams=("routing", "decisions", "responses"))
+    log = load_log(args, streams=("routing", "decisions", "responses", "feedback"))
     export = None if args.counterfactual else args.from_export
     policy = load_policy(args.config or args.providers, overrides, export)
     if counterfactual_mode:
@@ -156,7 +160,7 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    from app.audit.explain import build_trace, render
+    from app.audit.explain import also_read, build_trace, render
 
     reproduced: dict[str, bool] | None = None
     if args.verify:
@@ -167,7 +171,7 @@ def audit_command(args: argparse.Namespace) -> int:
         failed = {m.event_id for m in report.mismatches}
         reproduced = {e.event.id: e.event.id not in failed for e in log.decisions if e.event}
     else:
-        log = load_log(args, only_request=args.request_id)
+        log = load_log(args, only_request=args.request_id, keep=also_read)
     trace = build_trace(log, args.request_id, reproduced)
     if trace is None:
         print(

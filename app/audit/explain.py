@@ -8,6 +8,10 @@ tokens, cost), and the final response's status. It carries no prompt or
 completion text: the prompt's hash and length, and the response's status,
 deployment and error only. With a replay at hand it also says, per decision,
 whether the log re-derives it exactly.
+
+Grades (issue 10): the trace lists the grades applied to the request's answer and,
+per decision, the grades its route folded for the decision's candidates since the
+route's previous recorded decision (what moved it since; app/audit/grades.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from app.audit.grades import grades_before, grades_of
 from app.audit.log import RecordedLog, events
 from app.events import AttemptFinished, Candidate, Decision, RequestAccepted
 
@@ -74,6 +79,12 @@ _OUTCOME_FIELDS = (
 )
 
 
+def also_read(stream: str, raw: str) -> bool:
+    """What a trace reads besides the request's own records: every decision and every
+    grade, to show the grades folded before each of its decisions."""
+    return stream == "decisions" or (stream == "routing" and '"type":"grade.applied"' in raw)
+
+
 def ranked(decision: Decision) -> list[Candidate]:
     """Candidates in the order the strategy ranks them (stable: config order on ties)."""
     return sorted(decision.candidates, key=lambda c: (c.score is not None, -(c.score or 0.0)))
@@ -112,7 +123,12 @@ def build_trace(
         attempts.append(
             {
                 "attempt": number,
-                "decision": None if decision is None else _decision(decision, reproduced),
+                "decision": None
+                if decision is None
+                else {
+                    **_decision(decision, reproduced),
+                    "grades_before": grades_before(log, decision),
+                },
                 "outcome": None
                 if outcome is None
                 else {
@@ -126,6 +142,7 @@ def build_trace(
         "request_id": request_id,
         "accepted": accepted,
         "attempts": attempts,
+        "grades": grades_of(log, request_id),
         "response": None
         if response is None
         else {
@@ -211,6 +228,7 @@ def render(trace: dict[str, Any]) -> str:
                 + ("" if outcome["final"] else "; retried")
             )
     response = trace["response"]
+    lines.extend(_render_grades(trace.get("grades") or []))
     if response is None:
         lines.append("response: none recorded")
     else:
@@ -242,7 +260,28 @@ def _render_decision(decision: dict[str, Any]) -> list[str]:
         factors = ", ".join(f"{name} {value:+.6f}" for name, value in c["factors"].items())
         mark = "*" if c["chosen"] else " "
         lines.append(f"    {mark}{c['rank']}. {c['deployment']}  score {score}  [{factors}]")
+    moved = decision.get("grades_before")
+    if moved and moved["count"]:
+        summary = ", ".join(
+            f"{name} {t['grades']} (mean {t['mean_score']:.3f})"
+            for name, t in moved["per_deployment"].items()
+        )
+        lines.append(
+            f"    grades folded since routing offset {moved['since_routing_offset']}: "
+            f"{moved['count']}: {summary}"
+        )
     if decision["excluded"]:
         lines.append("    excluded:")
         lines.extend(f"      {e['deployment']}: {e['why']}" for e in decision["excluded"])
+    return lines
+
+
+def _render_grades(grades: list[dict[str, Any]]) -> list[str]:
+    lines = [f"grades of this answer: {len(grades)}"] if grades else []
+    for g in grades:
+        replaced = "" if g["replaces_score"] is None else f", replaces {g['replaces_score']}"
+        lines.append(
+            f"  {g['source']} {g['score']} x{g['weight']} on {g['deployment']} "
+            f"(routing offset {g['routing_offset']}{replaced})"
+        )
     return lines

@@ -1,11 +1,15 @@
 """The recorded topics as one ordered, in-memory log: from a broker or from an export.
 
-Four streams matter to replay and audit:
+Five streams matter to replay and audit:
 
 * ``routing``: the routing log (``switchyard.routing``), every ``RequestAccepted``,
   ``AttemptFinished`` and ``RouteTick`` in the order the router applied them. A record's
   offset is the ``position`` the live router passed to ``handle``.
 * ``decisions``, ``outcomes``, ``responses``: the public topics.
+* ``feedback``: ``llm.feedback``, each record validated as the worker validates it
+  and kept as the valid feedback (no free text) or as unreadable; the evidence the
+  routing log's ``GradeApplied`` events are checked against (app/audit/grades.py).
+  Optional: a log without the topic has no feedback.
 
 Each record keeps its partition, offset and exact JSON text (so an export is
 byte-faithful) next to the parsed event. A record that does not parse is kept
@@ -24,6 +28,7 @@ import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -34,18 +39,27 @@ from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
 from app.events import (
     AttemptFinished,
     Decision,
+    Feedback,
+    FeedbackAccepted,
     GradeApplied,
+    LogPosition,
     Outcome,
     RequestAccepted,
     Response,
     RouteTick,
     RoutingLogEvent,
 )
+from app.feedback import accept_feedback
 from app.settings import Topics
 
 E = TypeVar("E")
 RoutingEvent = RequestAccepted | AttemptFinished | RouteTick | GradeApplied
-STREAMS = ("routing", "decisions", "outcomes", "responses")
+STREAMS = ("routing", "decisions", "outcomes", "responses", "feedback")
+#: Streams a log may lack (the topic did not exist when it was recorded).
+OPTIONAL_STREAMS = frozenset({"feedback"})
+#: Bounds of a feedback record as the worker reads it (settings' defaults).
+_FEEDBACK_MAX_BYTES = 16 * 1024
+Keep = Callable[[str, str], bool]
 EXPORT_FORMAT = "switchyard-export/1"
 
 _routing_adapter: TypeAdapter[RoutingEvent] = TypeAdapter(RoutingLogEvent)
@@ -77,6 +91,7 @@ class RecordedLog:
     decisions: list[Entry[Decision]] = field(default_factory=list)
     outcomes: list[Entry[Outcome]] = field(default_factory=list)
     responses: list[Entry[Response]] = field(default_factory=list)
+    feedback: list[Entry[Feedback]] = field(default_factory=list)
     #: Routing partition -> first offset still in the log (> 0: history was truncated).
     routing_start: dict[int, int] = field(default_factory=dict)
 
@@ -104,11 +119,35 @@ def events(entries: list[Entry[E]]) -> Iterator[E]:
 
 
 def parse(stream: str, partition: int, offset: int, raw: str) -> Entry[Any]:
+    if stream == "feedback":
+        return _parse_feedback(partition, offset, raw)
     try:
         return Entry(partition, offset, raw, _PARSERS[stream](raw))
     except ValidationError as exc:
         # The count only: a validation message can echo the input, prompts included.
         return Entry(partition, offset, raw, None, f"{exc.error_count()} validation error(s)")
+
+
+def _parse_feedback(partition: int, offset: int, raw: str) -> Entry[Feedback]:
+    """Validated as the worker's intake validates it; kept as the valid feedback only."""
+    where = LogPosition(topic="feedback", partition=partition, offset=offset)
+    result = accept_feedback(
+        raw.encode("utf-8", errors="replace"),
+        where,
+        datetime.fromtimestamp(0, tz=UTC),
+        max_bytes=_FEEDBACK_MAX_BYTES,
+        deadletter_max_bytes=64,
+    )
+    if not isinstance(result, FeedbackAccepted):
+        return Entry(partition, offset, raw, None, result.reason)
+    return Entry(partition, offset, result.feedback.model_dump_json(), result.feedback)
+
+
+def wanted(stream: str, raw: str, only_request: str | None, keep: Keep | None) -> bool:
+    """Whether a reader restricted to ``only_request`` (and what ``keep`` adds) takes it."""
+    if only_request is None or mentions(raw, only_request):
+        return True
+    return keep is not None and keep(stream, raw)
 
 
 def mentions(raw: str, request_id: str) -> bool:
@@ -120,7 +159,10 @@ def mentions(raw: str, request_id: str) -> bool:
 
 
 def read_export(
-    directory: Path, only_request: str | None = None, streams: Collection[str] = STREAMS
+    directory: Path,
+    only_request: str | None = None,
+    streams: Collection[str] = STREAMS,
+    keep: Keep | None = None,
 ) -> RecordedLog:
     """Read what :func:`app.audit.export.write_export` wrote (only ``streams``)."""
     manifest_path = directory / "manifest.json"
@@ -139,7 +181,7 @@ def read_export(
         with path.open(encoding="utf-8") as lines:
             for number, line in enumerate(lines):
                 line = line.rstrip("\n")
-                if not line or (only_request is not None and not mentions(line, only_request)):
+                if not line or not wanted(name, line, only_request, keep):
                     continue
                 if name == "routing":
                     entries.append(_routing_line(line))
@@ -170,6 +212,7 @@ def topic_names(topics: Topics) -> dict[str, str]:
         "decisions": topics.decisions,
         "outcomes": topics.outcomes,
         "responses": topics.responses,
+        "feedback": topics.feedback,
     }
 
 
@@ -180,6 +223,7 @@ async def read_broker(
     only_request: str | None = None,
     streams: Collection[str] = STREAMS,
     timeout_s: float = 120.0,
+    keep: Keep | None = None,
 ) -> RecordedLog:
     """Read the streams from the beginning to the end offsets seen at the start."""
     names = {name: topic for name, topic in topic_names(topics).items() if name in streams}
@@ -194,7 +238,8 @@ async def read_broker(
     await consumer.start()
     log = RecordedLog(source=f"broker {bootstrap}")
     try:
-        partitions = await _partitions(consumer, list(names.values()))
+        optional = {names[name] for name in OPTIONAL_STREAMS if name in names}
+        partitions = await _partitions(consumer, list(names.values()), optional)
         consumer.assign(partitions)
         starts: Mapping[TopicPartition, int] = await consumer.beginning_offsets(partitions)
         reported: Mapping[TopicPartition, int] = await consumer.end_offsets(partitions)
@@ -219,7 +264,7 @@ async def read_broker(
                     if record.offset >= ends[tp]:
                         break
                     raw = (record.value or b"").decode("utf-8", errors="replace")
-                    if only_request is None or mentions(raw, only_request):
+                    if wanted(stream, raw, only_request, keep):
                         log.stream(stream).append(parse(stream, tp.partition, record.offset, raw))
                 if records and records[-1].offset + 1 >= ends[tp]:
                     pending.discard(tp)
@@ -231,11 +276,15 @@ async def read_broker(
     return log.sort()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topics: list[str]) -> list[TopicPartition]:
+async def _partitions(
+    consumer: AIOKafkaConsumer, topics: list[str], optional: Collection[str] = ()
+) -> list[TopicPartition]:
     await consumer._client.force_metadata_update()
     found: list[TopicPartition] = []
     for topic in topics:
         numbers = consumer.partitions_for_topic(topic)
+        if not numbers and topic in optional:
+            continue
         if not numbers:
             raise LookupError(f"topic {topic!r} does not exist on the broker")
         found.extend(TopicPartition(topic, n) for n in sorted(numbers))

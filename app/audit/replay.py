@@ -16,7 +16,8 @@ request redelivered after its attempt closed is routed again under the same
 decision id, and the copies are then paired in log order.
 The router answers every request from the fold, so every response on
 ``llm.responses`` is re-derived and compared the same way (a completion's text
-is compared but never printed).
+is compared but never printed). Every ``GradeApplied`` is also checked against the
+feedback and the answer it was derived from (:mod:`app.audit.grades`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+from app.audit.grades import GradeCheck, check_grades
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
 from app.events import Decision, Response
 from app.routing.driver import Driver
@@ -128,6 +130,7 @@ class ReplayReport:
     unreadable: dict[str, int]
     truncated_partitions: dict[int, int]
     allow_pending: bool = False
+    grades: GradeCheck = field(default_factory=GradeCheck)
     states: dict[str, RouteState] = field(default_factory=dict, repr=False)
 
     def count(self, kind: MismatchKind, record: str = "decision") -> int:
@@ -144,7 +147,8 @@ class ReplayReport:
     @property
     def ok(self) -> bool:
         failing = [m for m in self.mismatches if not (m.pending and self.allow_pending)]
-        return not failing and not self.fold_errors and not self.truncated_partitions
+        clean = not self.fold_errors and not self.truncated_partitions
+        return not failing and clean and self.grades.ok
 
     @property
     def config_differs(self) -> bool:
@@ -169,6 +173,7 @@ class ReplayReport:
                 "recorded_not_rederived": self.count("not_rederived", "response"),
                 "rederived_not_recorded": self.count("not_recorded", "response"),
             },
+            "grades": self.grades.to_json(limit),
             "replay_config_hash": self.replay_config_hash,
             "recorded_config_hashes": self.recorded_config_hashes,
             "routing_events": self.events,
@@ -216,6 +221,7 @@ def replay(log: RecordedLog, policy: Policy, *, allow_pending: bool = False) -> 
         unreadable={k: v for k, v in log.unreadable().items() if v},
         truncated_partitions={p: o for p, o in log.routing_start.items() if o > 0},
         allow_pending=allow_pending,
+        grades=check_grades(log),
         states=again.states,
     )
 
@@ -349,6 +355,11 @@ def render(report: ReplayReport, show: int = 5) -> str:
         f"{report.count('not_rederived', 'response')}; re-derived but not recorded: "
         f"{report.count('not_recorded', 'response')}"
     )
+    grades = report.grades
+    lines.append(
+        f"grades: {grades.recorded}, backed by their feedback and answer: {grades.verified}"
+    )
+    lines.extend(f"grade problem: {problem}" for problem in grades.problems[:show])
     hashes = ", ".join(f"{h} ({n})" for h, n in sorted(report.recorded_config_hashes.items()))
     lines.append(
         f"config_hash: replay policy {report.replay_config_hash}; recorded {hashes or '-'}"

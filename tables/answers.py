@@ -1,0 +1,100 @@
+"""The answers table: per request id, how it was answered and the grades applied to it.
+
+Co-partitioned with ``llm.outcomes`` and the feedback matching topic (both keyed
+by request id, same partition count): one agent (agents/feedback.py) reads both
+and is the table's single writer. Rows are :class:`app.feedback_match.AnswerRow`
+as JSON: route, deployment, context, status, times, grades per source and
+feedback ids. No prompt, completion or free text.
+
+Pruning: each row has an expiry (its answer + ``feedback_window_s``, or the wait
+of early feedback + ``feedback_match_grace_s``). A second table indexes rows by
+expiry (key ``<ms, 15 digits>/<request id>``), so RocksDB keeps each partition's
+index in expiry order and a sweep reads only the rows that are due, oldest first.
+Both tables live in RocksDB: memory stays bounded whatever the window holds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import faust
+
+from app.faust_app import app, settings, table_store_options
+from app.feedback_match import AnswerRow
+
+
+def _schema() -> Any:
+    return faust.Schema(key_serializer="json", value_serializer="json")
+
+
+answers = app.Table(
+    "feedback-answers",
+    default=None,
+    partitions=settings.partitions,
+    schema=_schema(),
+    options=table_store_options(),
+)
+expiry_index = app.Table(
+    "feedback-expiry",
+    default=None,
+    partitions=settings.partitions,
+    schema=_schema(),
+    options=table_store_options(),
+)
+
+
+def expiry_key(expires_at: float, request_id: str) -> str:
+    """Sorts by expiry (fixed-width milliseconds), then request id."""
+    return f"{int(expires_at * 1000):015d}/{request_id}"
+
+
+def load_answer(request_id: str) -> AnswerRow | None:
+    row = answers.get(request_id)
+    return None if row is None else AnswerRow.model_validate(row)
+
+
+def save_answer(request_id: str, row: AnswerRow, before: AnswerRow | None, partition: int) -> None:
+    """Write the row (in the stream of an event of ``partition``) and index a new expiry."""
+    answers[request_id] = row.model_dump(mode="json")
+    if before is None or before.expires_at != row.expires_at:
+        expiry_index[expiry_key(row.expires_at, request_id)] = {"r": request_id, "p": partition}
+
+
+def delete_answer(request_id: str, key: str) -> None:
+    """Delete the row and its index entry ``key``."""
+    if answers.get(request_id) is not None:
+        del answers[request_id]
+    delete_index(key)
+
+
+def delete_index(key: str) -> None:
+    if expiry_index.get(key) is not None:
+        del expiry_index[key]
+
+
+def due(partition: int, now: float, limit: int) -> list[tuple[str, str, float]]:
+    """Up to ``limit`` index entries of ``partition`` expiring at or before ``now``, oldest
+    first, as (index key, request id, expiry)."""
+    found: list[tuple[str, str, float]] = []
+    for key, value in _entries(partition):
+        expires = int(key.split("/", 1)[0]) / 1000
+        if expires > now or len(found) >= limit:
+            break
+        if isinstance(value, dict) and value.get("p") == partition:
+            found.append((key, str(value.get("r")), expires))
+    return found
+
+
+def _entries(partition: int) -> Any:
+    """The partition's index entries in key order: straight from its RocksDB database
+    (a seek-free ordered scan that stops at the first entry not due)."""
+    store: Any = expiry_index.data
+    open_db = getattr(store, "_db_for_partition", None)
+    if open_db is None:  # the in-memory store (tests without RocksDB): sort what is there
+        yield from sorted(expiry_index.items())
+        return
+    db = open_db(partition)
+    for raw_key, raw_value in db.items():
+        if raw_key.startswith(b'"') and raw_value is not None:  # not faust's offset key
+            yield json.loads(raw_key), json.loads(raw_value)
