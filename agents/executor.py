@@ -1,8 +1,11 @@
 """Executor: call the chosen provider, publish the outcome, feed it back, answer when final.
 
-Executors scale across workers: the dispatch topic is keyed by request id and
-each worker runs ``executor_concurrency`` calls at once. One pooled HTTP client
-per process, closed when the worker shuts down.
+:func:`run_dispatch` makes one attempt's call. The worker that decided starts it
+at once (agents/handoff.py: no broker hop between a decision and its call); the
+request's successful answer is published here, by the process that received it,
+as the same record the router's fold derives (the feedback says so, and the
+router does not send it again). One pooled HTTP client per process, closed when
+the worker shuts down.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from faust import StreamT
 
 from app import metrics
 from app.config import ModelSpec, ProviderConfig
@@ -25,13 +27,13 @@ from app.events import (
     StatusClass,
 )
 from app.execution.call import CallResult, call_provider
-from app.execution.envelope import seal
+from app.execution.envelope import Sealed, seal
 from app.execution.http import make_client
 from app.execution.stream import stream_provider
 from app.faust_app import (
     app,
-    dispatch_topic,
     outcomes_topic,
+    responses_topic,
     routing_topic,
     settings,
 )
@@ -69,13 +71,6 @@ def too_late(dispatch: Dispatch, now: float) -> bool:
     return now > dispatch.deadline + LOST_ATTEMPT_GRACE_S / 2
 
 
-@app.agent(dispatch_topic, concurrency=settings.executor_concurrency)
-async def execute(stream: StreamT[bytes]) -> None:
-    async for raw in stream:
-        dispatch = Dispatch.model_validate_json(raw)
-        await run_dispatch(dispatch)
-
-
 async def run_dispatch(dispatch: Dispatch) -> None:
     """Call, publish the outcome and the feedback; nothing once the attempt is past saving."""
     if too_late(dispatch, time.time()):
@@ -95,15 +90,15 @@ async def run_dispatch(dispatch: Dispatch) -> None:
         )
     else:
         result = await _call_in_time(dispatch, provider)
-    outcome, finished = seal(
+    sealed = seal(
         dispatch,
         result,
         provider,
         occurred_at=datetime.now(UTC),
         max_record_bytes=settings.max_record_bytes,
     )
-    _observe(outcome)
-    await _publish(outcome, finished)
+    _observe(sealed.outcome)
+    await _publish(sealed)
 
 
 async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:
@@ -145,10 +140,16 @@ async def _call(dispatch: Dispatch, provider: ProviderConfig, budget: float) -> 
     )
 
 
-async def _publish(outcome: Outcome, finished: bytes) -> None:
-    """The outcome for analysts, and the feedback the router folds (and answers from)."""
-    await outcomes_topic.send(key=outcome.request_id.encode(), value=outcome.model_dump_json())
-    await routing_topic.send(key=outcome.route.encode(), value=finished)
+async def _publish(sealed: Sealed) -> None:
+    """The answer when this is it, the outcome for analysts, and the feedback the router
+    folds (and answers failures from)."""
+    outcome = sealed.outcome
+    key = outcome.request_id.encode()
+    if sealed.response is not None:
+        await responses_topic.send(key=key, value=sealed.response.model_dump_json())
+        metrics.RESPONSES.labels(status="ok", source="executor").inc()
+    await outcomes_topic.send(key=key, value=outcome.model_dump_json())
+    await routing_topic.send(key=outcome.route.encode(), value=sealed.feedback)
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:

@@ -40,10 +40,11 @@ from faust import StreamT
 from faust.types import EventT
 from pydantic import TypeAdapter, ValidationError
 
+from agents import handoff
 from agents.ingest import log_time, position_of
 from agents.recall import LogReader
 from app import metrics
-from app.events import RouteTick, RoutingLogEvent, derived_id, route_of
+from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.faust_app import (
     app,
     deadletter_topic,
@@ -52,6 +53,7 @@ from app.faust_app import (
     responses_topic,
     routing_topic,
     settings,
+    spill_topic,
 )
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
@@ -111,7 +113,7 @@ class Pipeline:
         run = self.driver.steps(parsed, offset, size)
         step = await self._drive(run, route_name, partition, offset)
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
-        sends = await _publish(step)
+        sends = await _publish(step, _answered(parsed))
         self.latest[route_name] = step.state
         self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
@@ -219,23 +221,26 @@ async def _dead_letter(event: EventT[bytes], detail: str) -> None:
     await deadletter_topic.send(key=letter.id.encode(), value=letter.model_dump_json())
 
 
-async def _publish(step: Step) -> list[asyncio.Future[Any]]:
-    """Send the step's records; return their delivery futures."""
+async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Future[Any]]:
+    """Send the step's records and start its calls; return the records' delivery futures.
+
+    ``answered``: the request whose successful answer the executor already published
+    (the feedback said so): the fold derives the same record, not sent again.
+    """
     pending: list[asyncio.Future[Any]] = []
     for dispatch in step.dispatches:
         decision = dispatch.decision
         key = decision.request_id.encode()
-        pending.append(
-            _future(await decisions_topic.send(key=key, value=decision.model_dump_json()))
-        )
-        pending.append(
-            _future(await dispatch_topic.send(key=key, value=dispatch.model_dump_json()))
-        )
+        sent = await decisions_topic.send(key=key, value=decision.model_dump_json())
+        pending.append(_future(sent))
+        pending.append(_future(await _hand_off(dispatch)))
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
     for response in step.responses:
+        if response.request_id == answered and response.status == "ok":
+            continue
         sent = await responses_topic.send(
             key=response.request_id.encode(), value=response.model_dump_json()
         )
@@ -244,6 +249,24 @@ async def _publish(step: Step) -> list[asyncio.Future[Any]]:
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()
     return pending
+
+
+async def _hand_off(dispatch: Dispatch) -> object:
+    """Call here at once (the record, keyed by route, covers a crash), or spill the call to
+    any worker when this one has no room (agents/handoff.py)."""
+    value = dispatch.model_dump_json()
+    if handoff.has_room():
+        sent = await dispatch_topic.send(key=dispatch.decision.route.encode(), value=value)
+        handoff.launch(dispatch)
+        return sent
+    metrics.SPILLED.inc()
+    return await spill_topic.send(key=dispatch.decision.request_id.encode(), value=value)
+
+
+def _answered(parsed: RoutingLogEvent) -> str | None:
+    if isinstance(parsed, AttemptFinished) and parsed.answered:
+        return parsed.outcome.request_id
+    return None
 
 
 def _future(sent: object) -> asyncio.Future[Any]:

@@ -194,8 +194,11 @@ class AttemptFinished(Envelope):
     #: Deployments tried so far by this request, this attempt's included.
     tried: list[str]
     retry: RequestAccepted | None = None
-    #: The OpenAI-format completion of a successful attempt (internal: the router answers).
+    #: The OpenAI-format completion of a successful attempt.
     completion: dict[str, Any] | None = None
+    #: The executor published the final answer itself (it is this attempt's successful
+    #: completion): the router folds it, and does not send the response again.
+    answered: bool = False
 
 
 class RouteTick(Envelope):

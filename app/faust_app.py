@@ -91,6 +91,7 @@ def _topic(name: str) -> faust.TopicT:
 requests_topic = _topic(settings.topics.requests)
 routing_topic = _topic(settings.topics.routing)
 dispatch_topic = _topic(settings.topics.dispatch)
+spill_topic = _topic(settings.topics.spill)
 decisions_topic = _topic(settings.topics.decisions)
 outcomes_topic = _topic(settings.topics.outcomes)
 responses_topic = _topic(settings.topics.responses)

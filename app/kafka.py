@@ -26,6 +26,7 @@ def public_topics(settings: Settings) -> list[str]:
         t.requests,
         t.routing,
         t.dispatch,
+        t.spill,
         t.decisions,
         t.outcomes,
         t.responses,

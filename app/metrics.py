@@ -38,6 +38,10 @@ ROUTER_EVENTS = Counter(
     "Routing-log events folded by the router, by type and whether they were applied.",
     ["type", "applied"],
 )
+SPILLED = Counter(
+    "switchyard_spilled_dispatches_total",
+    "Attempts the deciding worker had no room to call itself, sent to any worker's executors.",
+)
 ROUTER_RECALLS = Counter(
     "switchyard_router_recalls_total",
     "Waiting requests (line) and parked attempts (parked) the router read back from the "

@@ -54,8 +54,14 @@ class Topics(BaseSettings):
     #: Internal: accepted requests and attempt feedback, keyed by route, in the
     #: order the route's single writer applies them. This is the routing log.
     routing: str = "switchyard.routing"
-    #: Internal: a decision together with the request it routes, for executors.
+    #: Internal: a decision together with the request it routes, keyed by route (so it
+    #: lives on the routing log's partition): the durable hand-off of a call the deciding
+    #: worker makes itself; after a crash the partition's next owner makes the calls of
+    #: the attempts still open (agents/handoff.py).
     dispatch: str = "switchyard.dispatch"
+    #: Internal: dispatches the deciding worker has no room to call itself, keyed by
+    #: request id, called by any worker's executors.
+    spill: str = "switchyard.spill"
     #: Quality grades of answers (issue 10), keyed as the producer likes.
     feedback: str = "llm.feedback"
     #: Internal: valid feedback re-keyed by request id, co-partitioned with ``outcomes``.
@@ -207,6 +213,9 @@ class Settings(BaseSettings):
     #: of the deployments' ``max_concurrency`` (two at 500 in ``bench burst``): a decided
     #: attempt then starts its call one broker hop after its decision, not in a queue.
     executor_concurrency: int = Field(default=1024, ge=1)
+    #: Spilled dispatches (``switchyard.spill``: the deciding worker had no room) one
+    #: worker calls at once.
+    spill_concurrency: int = Field(default=128, ge=1)
     #: Per route, how many bytes of waiting requests the router keeps in memory; the
     #: rest of a backlog is read back from the routing log when its turn comes.
     recall_memory_bytes: int = Field(default=16 * 1024 * 1024, ge=0)

@@ -31,6 +31,7 @@ from app.events import (
 )
 from app.execution.call import CallResult, build_outcome, feedback
 from app.execution.envelope import RESPONSE_TOO_LARGE, seal
+from app.routing.answers import final_response
 from app.ingest import accept, encode_accepted
 from app.settings import Settings
 
@@ -176,16 +177,30 @@ def success(text: str, confidence: float | None = None) -> CallResult:
 
 
 def sealed(sent: Dispatch, result: CallResult) -> tuple[Any, AttemptFinished, int]:
-    outcome, value = seal(
+    done = seal(
         sent, result, PROVIDER, occurred_at=NOW, max_record_bytes=SETTINGS.max_record_bytes
     )
-    return outcome, AttemptFinished.model_validate_json(value), len(value)
+    finished = AttemptFinished.model_validate_json(done.feedback)
+    # The executor publishes the answer itself exactly when the feedback says so.
+    assert finished.answered == (done.response is not None)
+    return done.outcome, finished, len(done.feedback)
 
 
 def test_a_normal_answer_is_sealed_unchanged() -> None:
     outcome, finished, _ = sealed(small_dispatch(), success("Paris."))
     assert outcome.status_class is StatusClass.SUCCESS and outcome.final
     assert finished.completion == answer("Paris.")
+    assert finished.answered
+
+
+def test_the_executors_answer_is_the_record_the_fold_derives() -> None:
+    done = seal(
+        small_dispatch(), success("Paris."), PROVIDER, occurred_at=NOW,
+        max_record_bytes=SETTINGS.max_record_bytes,
+    )  # fmt: skip
+    finished = AttemptFinished.model_validate_json(done.feedback)
+    assert done.response is not None
+    assert done.response == final_response(finished, clock=NOW.timestamp() + 99.0)
 
 
 def test_a_completion_too_large_to_publish_is_a_final_response_too_large() -> None:

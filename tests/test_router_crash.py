@@ -33,6 +33,7 @@ class FakeBroker:
         self.acknowledge = False
         self.log: list[tuple[str, dict[str, Any]]] = []
         self.buffer: list[tuple[str, bytes, asyncio.Future[None]]] = []
+        self.launched: list[Any] = []
 
     def topic(self, name: str) -> FakeTopic:
         return FakeTopic(self, name)
@@ -70,8 +71,10 @@ class Holder:
 def wired(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBroker, dict[str, RouteState]]:
     broker = FakeBroker()
     table: dict[str, RouteState] = {}
-    for name in ("decisions_topic", "dispatch_topic", "responses_topic"):
+    for name in ("decisions_topic", "dispatch_topic", "spill_topic", "responses_topic"):
         monkeypatch.setattr(router, name, broker.topic(name))
+    # The calls the router starts in its own process: recorded, not made.
+    monkeypatch.setattr(router.handoff, "launch", broker.launched.append)
     monkeypatch.setattr(router, "load_route_state", lambda r: table.get(r, RouteState()))
     monkeypatch.setattr(router, "save_route_state", table.__setitem__)
     holder = Holder()
@@ -118,6 +121,29 @@ async def test_kill_before_the_dispatch_is_acknowledged_loses_no_dispatch(
     assert [d["decision"]["request_id"] for d in broker.records("dispatch_topic")] == ["req-2"]
     assert [d["request_id"] for d in broker.records("decisions_topic")] == ["req-2"]
     assert list(table["chat"].open_attempts) == ["req-2#1"]
+    # The call starts where the decision is made, each time it is made.
+    assert [d.decision.request_id for d in broker.launched] == ["req-2", "req-2"]
+
+
+async def test_an_answer_the_executor_published_is_not_sent_again(
+    wired: tuple[FakeBroker, dict[str, RouteState]],
+) -> None:
+    broker, table = wired
+    broker.acknowledge = True
+    worker = router.Pipeline()
+    await worker.fold(accepted("req-3", T0, offset=0), "ev0", 0)
+    (dispatch,) = broker.launched
+    done = finish("req-3", dispatch.decision.deployment, T0 + 1)
+    completion = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+    answered = done.model_copy(update={"completion": completion, "answered": True})
+    assert await worker.fold(answered, "ev1", 1) == ["ev1"]
+    assert broker.records("responses_topic") == []
+    assert table["chat"].open_attempts == {}
+    # Without the mark the router answers, as for any final result it folds.
+    await worker.fold(accepted("req-4", T0, offset=1), "ev2", 2)
+    plain = finish("req-4", broker.launched[-1].decision.deployment, T0 + 2)
+    await worker.fold(plain.model_copy(update={"completion": completion}), "ev3", 3)
+    assert [r["request_id"] for r in broker.records("responses_topic")] == ["req-4"]
 
 
 async def test_folds_ahead_of_the_broker_and_writes_rows_in_order(

@@ -14,14 +14,24 @@ retried elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from app.config import ProviderConfig
-from app.events import RESPONSE_TOO_LARGE, Dispatch, Outcome, StatusClass
+from app.events import RESPONSE_TOO_LARGE, Dispatch, Outcome, Response, StatusClass
 from app.execution.call import CallResult, build_outcome, feedback, is_final
+from app.routing.answers import answers, success_response
 
-__all__ = ["RESPONSE_TOO_LARGE", "seal"]
+__all__ = ["RESPONSE_TOO_LARGE", "Sealed", "seal"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    outcome: Outcome
+    #: The encoded AttemptFinished for the routing log.
+    feedback: bytes
+    #: The request's answer when this attempt is it (published by the executor).
+    response: Response | None = None
 
 
 def seal(
@@ -31,30 +41,39 @@ def seal(
     *,
     occurred_at: datetime,
     max_record_bytes: int,
-) -> tuple[Outcome, bytes]:
-    """The attempt's outcome and its encoded feedback, which fits in ``max_record_bytes``."""
+) -> Sealed:
+    """The attempt's outcome and its encoded feedback, which fits in ``max_record_bytes``.
+
+    The feedback says ``answered`` when it carries the request's successful answer: the
+    executor publishes that response itself (:func:`app.routing.answers.success_response`).
+    """
     try:
-        outcome, value = _encode(dispatch, result, provider, occurred_at)
+        sealed = _encode(dispatch, result, provider, occurred_at)
     except ValueError:  # pydantic cannot serialise the completion (lone surrogates)
         result = _unserialisable(result)
-        outcome, value = _encode(dispatch, result, provider, occurred_at)
-    if len(value) > max_record_bytes and not outcome.final and result.completion is not None:
+        sealed = _encode(dispatch, result, provider, occurred_at)
+    too_big = len(sealed.feedback) > max_record_bytes
+    if too_big and not sealed.outcome.final and result.completion is not None:
         # A completion that is not the answer (a local-first one not confident enough):
         # the retry goes on without it.
         result = replace(result, completion=None)
-        outcome, value = _encode(dispatch, result, provider, occurred_at)
-    if len(value) > max_record_bytes:
-        result = _too_large(result, len(value), max_record_bytes)
-        outcome, value = _encode(dispatch, result, provider, occurred_at)
-    return outcome, value
+        sealed = _encode(dispatch, result, provider, occurred_at)
+    if len(sealed.feedback) > max_record_bytes:
+        result = _too_large(result, len(sealed.feedback), max_record_bytes)
+        sealed = _encode(dispatch, result, provider, occurred_at)
+    return sealed
 
 
 def _encode(
     dispatch: Dispatch, result: CallResult, provider: ProviderConfig, occurred_at: datetime
-) -> tuple[Outcome, bytes]:
+) -> Sealed:
     final = is_final(dispatch, result)
     outcome = build_outcome(dispatch, result, provider, occurred_at=occurred_at, final=final)
-    return outcome, feedback(dispatch, outcome, result).model_dump_json().encode()
+    finished = feedback(dispatch, outcome, result)
+    if not answers(finished):
+        return Sealed(outcome, finished.model_dump_json().encode())
+    finished = finished.model_copy(update={"answered": True})
+    return Sealed(outcome, finished.model_dump_json().encode(), success_response(finished))
 
 
 def _unserialisable(result: CallResult) -> CallResult:

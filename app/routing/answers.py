@@ -63,18 +63,36 @@ def deadline_error(message: str) -> ErrorBody:
     )
 
 
+def answers(event: AttemptFinished) -> bool:
+    """Whether this attempt's result is the request's successful answer."""
+    outcome = event.outcome
+    return (
+        outcome.status_class is StatusClass.SUCCESS
+        and outcome.final
+        and event.retry is None
+        and event.completion is not None
+    )
+
+
+def success_response(event: AttemptFinished) -> Response:
+    """The answer of a successful final attempt. Stamped with the attempt's own time, so
+    the executor that got it can publish it at once, the same record the fold derives."""
+    outcome = event.outcome
+    return Response(
+        id=derived_id("response", outcome.request_id),
+        occurred_at=event.occurred_at,
+        request_id=outcome.request_id,
+        status="ok",
+        attempts=outcome.attempt,
+        deployment=outcome.deployment,
+        completion=event.completion,
+    )
+
+
 def final_response(event: AttemptFinished, clock: float) -> Response:
     outcome = event.outcome
     if outcome.status_class is StatusClass.SUCCESS and event.completion is not None:
-        return Response(
-            id=derived_id("response", outcome.request_id),
-            occurred_at=at(clock),
-            request_id=outcome.request_id,
-            status="ok",
-            attempts=outcome.attempt,
-            deployment=outcome.deployment,
-            completion=event.completion,
-        )
+        return success_response(event)
     if outcome.status_class is StatusClass.EXPIRED:
         error = deadline_error(outcome.error or "the request's deadline passed")
     elif (outcome.error or "").startswith(RESPONSE_TOO_LARGE):

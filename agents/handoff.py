@@ -1,0 +1,130 @@
+"""The hand-off of calls: the worker that decides an attempt calls at once; the log
+covers a crash, and other workers take what it has no room for.
+
+The router starts each attempt's call in its own process right after deciding it
+(:func:`launch`: no broker hop between a decision and its call), up to
+``executor_concurrency`` calls at once, and sends the dispatch to
+``switchyard.dispatch`` keyed by route: the record lives on the routing log's
+partition, so it belongs to the worker that owns the route (Faust assigns the
+same partition of co-subscribed topics to the same worker). That worker's
+:func:`handoff` agent reads it back and acks it once the call has ended here. A
+dispatch it has not seen (the partition moved after a crash or a rebalance) is
+called now if the route's row still has the attempt open, else dropped: a kill
+loses no attempt, a provider is called twice at most, and the outcome counts once
+(the fold applies an outcome only while its attempt is open).
+
+When the deciding worker has no room left, the dispatch goes to
+``switchyard.spill`` instead, keyed by request id, and any worker's :func:`spill`
+agent makes the call: a hot route is not capped by one process's HTTP capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, cast
+
+from faust import StreamT
+from pydantic import ValidationError
+
+from agents.executor import run_dispatch, too_late
+from app.events import Dispatch
+from app.faust_app import app, dispatch_topic, settings, spill_topic
+from app.routing.state import attempt_key
+from tables.routing import load_route_state
+
+log = logging.getLogger(__name__)
+#: Calls running in this process, by dispatch id.
+_running: dict[str, asyncio.Task[None]] = {}
+#: Dispatch ids whose call ended here lately (a fast call ends before its record is read).
+_ended: OrderedDict[str, None] = OrderedDict()
+_ENDED_KEPT = 65_536
+#: Acks scheduled from a call's end (kept referenced until done).
+_acking: set[asyncio.Future[bool]] = set()
+
+
+def has_room() -> bool:
+    return len(_running) < settings.executor_concurrency
+
+
+def launch(dispatch: Dispatch) -> asyncio.Task[None]:
+    """Start the attempt's call in this process."""
+    task = asyncio.ensure_future(_call(dispatch))
+    _running[dispatch.id] = task
+    task.add_done_callback(lambda _: _end(dispatch.id))
+    return task
+
+
+def _end(dispatch_id: str) -> None:
+    _running.pop(dispatch_id, None)
+    _ended[dispatch_id] = None
+    while len(_ended) > _ENDED_KEPT:
+        _ended.popitem(last=False)
+
+
+async def _call(dispatch: Dispatch) -> None:
+    try:
+        await run_dispatch(dispatch)
+    except Exception as exc:  # an attempt that reports nothing expires in the router
+        decision = dispatch.decision
+        log.error(
+            "call %s#%s failed: %s", decision.request_id, decision.attempt, type(exc).__name__
+        )
+
+
+def _still_open(dispatch: Dispatch) -> bool:
+    decision = dispatch.decision
+    state = load_route_state(decision.route)
+    key = attempt_key(decision.request_id, decision.attempt)
+    return key in state.open_attempts and not too_late(dispatch, time.time())
+
+
+@app.agent(dispatch_topic)
+async def handoff(stream: StreamT[bytes]) -> None:
+    manual: Any = cast(Any, stream).noack()  # acked once the call has ended
+    async for event in manual.events():
+        try:
+            dispatch = Dispatch.model_validate_json(event.value)
+        except ValidationError:
+            log.error("unreadable dispatch at offset %s", event.message.offset)
+            await manual.ack(event)
+            continue
+        task = _running.get(dispatch.id)
+        if task is None and dispatch.id not in _ended and _still_open(dispatch):
+            task = launch(dispatch)  # decided by a worker that is gone
+        if task is None:
+            await manual.ack(event)
+            continue
+        task.add_done_callback(_acker(manual, event))
+
+
+def _acker(manual: Any, event: Any) -> Callable[[asyncio.Task[None]], None]:
+    """Ack ``event`` once the call's task has ended."""
+
+    def ack(_: asyncio.Task[None]) -> None:
+        acking = asyncio.ensure_future(manual.ack(event))
+        _acking.add(acking)
+        acking.add_done_callback(_acking.discard)
+
+    return ack
+
+
+@app.agent(spill_topic, concurrency=settings.spill_concurrency)
+async def spill(stream: StreamT[bytes]) -> None:
+    async for raw in stream:
+        try:
+            dispatch = Dispatch.model_validate_json(raw)
+        except ValidationError:
+            log.error("unreadable spilled dispatch")
+            continue
+        await _call(dispatch)
+
+
+@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
+async def _cancel_calls(sender: Any, *args: Any, **kwargs: Any) -> None:
+    """Calls still running are left to the partition's next owner (their records are unacked)."""
+    for task in list(_running.values()):
+        task.cancel()
