@@ -66,10 +66,6 @@ class Topics(BaseSettings):
     feedback: str = "llm.feedback"
     #: Internal: valid feedback re-keyed by request id, co-partitioned with ``outcomes``.
     feedback_matching: str = "switchyard.feedback"
-    #: Quality grades of answers (issue 10), keyed as the producer likes.
-    feedback: str = "llm.feedback"
-    #: Internal: valid feedback re-keyed by request id, co-partitioned with ``outcomes``.
-    feedback_matching: str = "switchyard.feedback"
     #: Internal: one record per worker start, to tell how the broker answers fetches
     #: (app/compat/detect.py).
     probe: str = "switchyard.probe"
@@ -235,12 +231,6 @@ class Settings(BaseSettings):
     log_level: str = "warn"
     #: How often each worker publishes a RouteTick per route (seconds).
     tick_interval_s: float = Field(default=5.0, gt=0.0)
-    #: How long after its answer a request can still be graded (issue 10).
-    feedback_window_s: float = Field(default=24 * 3600.0, gt=0.0)
-    #: How long feedback waits for the outcome of its request to reach the answers table.
-    feedback_match_grace_s: float = Field(default=60.0, gt=0.0)
-    #: Largest feedback record, in bytes (more: dead letter ``oversized``).
-    feedback_max_bytes: int = Field(default=16 * 1024, ge=1024)
     #: How long after its answer a request can still be graded (issue 10).
     feedback_window_s: float = Field(default=24 * 3600.0, gt=0.0)
     #: How long feedback waits for the outcome of its request to reach the answers table.
