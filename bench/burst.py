@@ -141,8 +141,9 @@ def render_burst(report: dict[str, Any]) -> str:
         ("route-state changelog records", f"{log['records']:,} ({log['total_mb']:.0f} MB)"),
         ("largest route-state row", f"{log['max_row_kb']:.1f} KB"),
         ("last route-state row", ", ".join(f"{v:.1f} KB" for v in log["last_row_kb"].values())),
-        ("most waiting / open attempts in a row",
-         f"{log['max_parked']} / {log['max_open_attempts']}"),
+        ("most parked / waiting in the log / open attempts in a row",
+         f"{log['max_parked']} / {log.get('max_line_waiting', 0)} / "
+         f"{log['max_open_attempts']}"),
         ("changelog rows with a breaker not CLOSED", breakers),
         ("worker RSS ready → peak (VmHWM), MB",
          f"{number(ready.get('rss_mb'), '{:.0f}')} → "

@@ -139,8 +139,10 @@ class ChangelogStats:
     #: Per deployment and breaker state other than CLOSED: first row timestamp, row count.
     breaker_first_at: dict[str, dict[str, float]] = field(default_factory=dict)
     breaker_rows: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: Largest numbers of waiting (parked) and open attempts one row held.
+    #: Largest numbers of parked attempts, requests waiting in the log (the route's
+    #: ``line``, where the state has one) and open attempts one row held.
     max_parked: int = 0
+    max_line_waiting: int = 0
     max_open_attempts: int = 0
     complete: bool = False
 
@@ -158,6 +160,9 @@ class ChangelogStats:
         if not isinstance(row, dict):
             return
         self.max_parked = max(self.max_parked, len(row.get("parked") or {}))
+        line = row.get("line")
+        waiting = line.get("waiting", 0) if isinstance(line, dict) else 0
+        self.max_line_waiting = max(self.max_line_waiting, int(waiting or 0))
         self.max_open_attempts = max(self.max_open_attempts, len(row.get("open_attempts") or {}))
         for deployment, arm in (row.get("arms") or {}).items():
             state = str(((arm or {}).get("breaker") or {}).get("state", "CLOSED"))
@@ -174,6 +179,7 @@ class ChangelogStats:
             "max_row_kb": self.max_bytes / 1e3,
             "last_row_kb": {k: v / 1e3 for k, v in self.last_bytes.items()},
             "max_parked": self.max_parked,
+            "max_line_waiting": self.max_line_waiting,
             "max_open_attempts": self.max_open_attempts,
             "breaker_first_at": self.breaker_first_at,
             "breaker_rows": self.breaker_rows,

@@ -72,8 +72,9 @@ def test_drain_rates() -> None:
     assert drain_rates(0.0, [])["overall"] is None
 
 
-def _row(breaker: str, parked: int = 0, open_attempts: int = 0) -> bytes:
+def _row(breaker: str, parked: int = 0, open_attempts: int = 0, line: int = 0) -> bytes:
     row = {
+        "line": {"waiting": line, "after": 7},
         "arms": {"a": {"breaker": {"state": breaker}}, "b": {"breaker": {"state": "CLOSED"}}},
         "parked": {f"p{i}": {} for i in range(parked)},
         "open_attempts": {f"o{i}": {} for i in range(open_attempts)},
@@ -83,14 +84,14 @@ def _row(breaker: str, parked: int = 0, open_attempts: int = 0) -> bytes:
 
 def test_changelog_stats_sizes_waiting_and_breakers() -> None:
     stats = ChangelogStats()
-    rows = [_row("CLOSED", 3, 5), _row("OPEN"), _row("OPEN"), _row("HALF_OPEN")]
+    rows = [_row("CLOSED", 3, 5, 40), _row("OPEN"), _row("OPEN"), _row("HALF_OPEN")]
     for at, value in enumerate(rows):
         stats.add(b'"chat"', value, float(at))
     stats.add(b'"chat"', None, 9.0)  # a tombstone
     assert stats.records == 5
     assert stats.max_bytes == max(len(r) for r in rows)
     assert stats.last_bytes == {'"chat"': 0}
-    assert (stats.max_parked, stats.max_open_attempts) == (3, 5)
+    assert (stats.max_parked, stats.max_open_attempts, stats.max_line_waiting) == (3, 5, 40)
     assert stats.breaker_first_at == {"a": {"OPEN": 1.0, "HALF_OPEN": 3.0}}
     assert stats.breaker_rows == {"a": {"OPEN": 2, "HALF_OPEN": 1}}
 
