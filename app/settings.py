@@ -161,11 +161,11 @@ class RoutingParams(BaseSettings):
     #: instead of seed 000's success when score >= 0.5. Traced in the algorithm version.
     thompson_fractional: bool = Field(default=False, validation_alias="THOMPSON_FRACTIONAL")
     #: Optimism on graded quality: the bound is mean + this x sd / sqrt(evidence).
-    quality_exploration: float = Field(
-        default=2.0, ge=0.0, validation_alias="QUALITY_EXPLORATION"
-    )
+    quality_exploration: float = Field(default=2.0, ge=0.0, validation_alias="QUALITY_EXPLORATION")
     #: Spread of grades assumed before a deployment has any (worth two grades).
-    quality_prior_sd: float = Field(default=0.25, gt=0.0, le=1.0, validation_alias="QUALITY_PRIOR_SD")
+    quality_prior_sd: float = Field(
+        default=0.25, gt=0.0, le=1.0, validation_alias="QUALITY_PRIOR_SD"
+    )
     #: Learn per context bucket (off: every request in one bucket).
     context_learning: bool = Field(default=True, validation_alias="CONTEXT_LEARNING")
     #: Grades a bucket needs before its own estimate is used (else a coarser bucket's).
@@ -178,6 +178,9 @@ class RoutingParams(BaseSettings):
     context_max_keys: int = Field(default=64, ge=1, validation_alias="CONTEXT_MAX_KEYS")
     #: Step of the budget pacer's dual update, per request, in quality per target-cost.
     pacer_step: float = Field(default=0.005, gt=0.0, validation_alias="PACER_STEP")
+    #: Lowest multiplier: below 0 the pacer spends up to the target too (the target is
+    #: held both ways); 0 makes the target a ceiling only.
+    pacer_floor: float = Field(default=-1.0, le=0.0, validation_alias="PACER_FLOOR")
 
 
 class Settings(BaseSettings):
