@@ -133,6 +133,8 @@ class RouteConfig(BaseModel):
     #: Seed 004: the route's (workspace's) default routing mode.
     mode: ModeName | None = None
     local_first: LocalFirst | None = None
+    #: Issue 10: mean cost per request (USD) the budget pacer holds the route to.
+    cost_target_usd: float | None = Field(default=None, gt=0.0)
 
 
 class ProviderLists(BaseModel):
@@ -157,6 +159,8 @@ class TenantPolicy(ProviderLists):
 
     mode: ModeName | None = None
     rate_limit: RateLimit | None = None
+    #: Issue 10: mean cost per request (USD) of this tenant's requests (its own pacer).
+    cost_target_usd: float | None = Field(default=None, gt=0.0)
 
 
 class Guardrails(BaseModel):

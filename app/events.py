@@ -184,6 +184,9 @@ class Outcome(Envelope):
     #: True when this attempt ended the request (its response has been published).
     final: bool
     error: str | None = None
+    #: The decision's context key (issue 10, ``Decision.context``), copied by the executor:
+    #: the buckets this answer's cost and grade are learnt in.
+    context: str | None = None
 
 
 class AttemptFinished(Envelope):
@@ -360,6 +363,15 @@ class Decision(Envelope):
     #: Seed 004: the routing mode and which setting chose it.
     mode: str = "balanced"
     mode_source: str = "default"
+    #: Issue 10: the request's context key (``tenant|domain|length|code``, app/routing/
+    #: context.py), the bucket the chosen deployment's estimate came from (``*``: none
+    #: finer had enough evidence) and how coarse it is (0: the finest).
+    context: str | None = None
+    context_level: str | None = None
+    context_depth: int | None = None
+    #: The budget pacer's cost multiplier and target ($ per request) when one applies.
+    pacer_multiplier: float | None = None
+    cost_target_usd: float | None = None
     prompt_sha256: str
     prompt_chars: int
 

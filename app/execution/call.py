@@ -368,6 +368,7 @@ def build_outcome(
         retry_after_s=result.retry_after_s,
         confidence=result.confidence,
         first_token_ms=result.first_token_ms,
+        context=decision.context,
     )
 
 
