@@ -155,7 +155,7 @@ def test_decisions_carry_the_estimate_and_follow_a_regression() -> None:
     first = fold([accepted("a-0")], pol, route_state())
     decision = first.decisions[0]
     assert (decision.deployment, decision.strategy) == (dep("gemini-flash"), "adaptive")
-    assert decision.algorithm_version == "switchyard-adaptive/1"
+    assert decision.algorithm_version == "switchyard-adaptive/2"
     assert {c.deployment for c in decision.candidates} == {dep("gemini-flash"), dep("deepseek-v3")}
     assert set(decision.candidates[0].factors) == {
         "success_rate", "quality", "latency_s", "cost_usd", "exploration",

@@ -75,7 +75,7 @@ def test_request_accepted_produces_one_dispatch() -> None:
     assert decision.provider == "a"
     assert decision.model == "m1"
     assert decision.strategy == "ucb1"
-    assert decision.algorithm_version == "seed000-ucb1/1"
+    assert decision.algorithm_version == "seed000-ucb1/2"
     assert [c.deployment for c in decision.candidates] == [A, B, C]
     assert decision.excluded == []
     assert decision.config_hash == pol.config_hash

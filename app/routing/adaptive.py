@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from app.routing.estimates import Quality
 from app.routing.policy import Arm, Policy
 from app.routing.state import Recent, Sums
 from app.settings import RoutingParams
@@ -194,12 +195,20 @@ def estimate(
     policy: Policy,
     cost_scale: float = 1.0,
     wait_scale: float = 1.0,
+    *,
+    cost_usd: float | None = None,
+    graded: Quality | None = None,
+    per_dollar: float | None = None,
 ) -> Estimate:
     """The deployment's expected value per attempt at ``now``, with its parts.
 
     ``cost_scale`` and ``wait_scale`` weigh the cost and waiting terms (a routing
     mode). Works on the sums and their decay factors directly (no model built: this
     runs for every candidate of every decision); equal to estimating from ``decayed``.
+    Issue 10: ``cost_usd`` is the real cost estimate (seed 003's workload if None),
+    ``graded`` the graded quality (its optimistic bound is the value's quality, the
+    margin its exploration), ``per_dollar`` the pacer's weight of a dollar
+    (``1 / ADAPTIVE_ANSWER_VALUE_USD`` if None).
     """
     params = policy.params
     slow_weight, fast_weight = _factors(recent, now, params)
@@ -215,17 +224,24 @@ def estimate(
     success = _tested(
         params.adaptive_prior_success, calls - slow.failures * slow_weight, calls, params
     )
-    quality = _tested(quality_prior, slow.reward * slow_weight, answers, params)
+    if graded is None:
+        quality = _tested(quality_prior, slow.reward * slow_weight, answers, params)
+        exploration = params.adaptive_exploration / math.sqrt(1.0 + answers)
+    else:
+        quality, exploration = graded.mean, graded.bound - graded.mean
     latency_s = _weighted(
         arm.provider.p95_latency_baseline_ms / 1000.0,
         params.adaptive_latency_prior_weight,
         fast.latency_s * fast_weight,
         fast.answers * fast_weight,
     )
-    cost = arm.workload_cost_usd
-    exploration = params.adaptive_exploration / math.sqrt(1.0 + answers)
+    cost = arm.workload_cost_usd if cost_usd is None else cost_usd
+    if per_dollar is None:
+        cost_term = cost_scale * cost / params.adaptive_answer_value_usd
+    else:
+        cost_term = cost_scale * cost * per_dollar
     value = (
-        success * (quality - cost_scale * cost / params.adaptive_answer_value_usd)
+        success * (quality - cost_term)
         - wait_scale * params.adaptive_wait_cost_per_s * latency_s
         + exploration
     )

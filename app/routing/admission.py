@@ -13,11 +13,13 @@ from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted
 from app.routing import parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.candidates import plan_candidates, tenant_policy
+from app.routing.context import level_index
+from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
 from app.routing.select import select
 from app.routing.state import ArmState, OpenAttempt, Parked, RouteState, attempt_key
 from app.routing.steps import Blocked, Step
-from app.routing.strategies import ALGORITHM_VERSION
+from app.routing.strategies import algorithm_version
 from app.understanding.guardrails import admit, prune, retry_after_s
 
 #: After its deadline, an executor makes no call; this much later no outcome can still come.
@@ -98,7 +100,8 @@ def route(
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
         )
-    selection = select(state, plan, request_id, attempt, tried, policy)
+    learning = prepare(state, accepted, attempt, policy)
+    selection = select(state, plan, request_id, attempt, tried, policy, learning)
     arms = {**state.arms, **selection.arms}
     chosen = selection.chosen
     if chosen is None:
@@ -133,7 +136,12 @@ def route(
     expiry = deadline + LOST_ATTEMPT_GRACE_S
     if state.open_attempts:
         expiry = min(expiry, state.expiry_check_at) if state.expiry_check_at else 0.0
-    update = {"arms": arms, "open_attempts": open_attempts, "expiry_check_at": expiry}
+    update = {
+        "arms": arms,
+        "open_attempts": open_attempts,
+        "expiry_check_at": expiry,
+        "pacers": pacers(state, learning),
+    }
     state = state.model_copy(update=update)
     decision = Decision(
         id=derived_id("decision", request_id, attempt),
@@ -145,7 +153,7 @@ def route(
         provider=chosen.provider.id,
         model=chosen.model,
         strategy=policy.params.strategy.value,
-        algorithm_version=ALGORITHM_VERSION[policy.params.strategy],
+        algorithm_version=algorithm_version(policy),
         candidates=selection.candidates,
         excluded=selection.excluded,
         config_hash=policy.config_hash,
@@ -156,6 +164,11 @@ def route(
         candidate_filter=plan.rule,
         mode=plan.mode.mode.value,
         mode_source=plan.mode.source,
+        context=learning.key,
+        context_level=selection.level,
+        context_depth=level_index(learning.chain, selection.level),
+        pacer_multiplier=learning.multiplier,
+        cost_target_usd=learning.target_usd,
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )

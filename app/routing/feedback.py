@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.events import Outcome, StatusClass
-from app.routing import adaptive, bandit, breaker
+from app.routing import adaptive, bandit, breaker, evidence
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
 from app.routing.state import ArmState, Breaker, Recent
@@ -39,6 +39,8 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         if outcome.retry_after_s:
             update["retry_after_until"] = max(arm.retry_after_until, now + outcome.retry_after_s)
     update["recent"] = _recent(arm, outcome, accounting.availability, update, now, policy)
+    # Issue 10: answers and their real cost, per context bucket (quality comes with grades).
+    update["evidence"] = evidence.observe_outcome(arm.evidence, outcome, policy)
     return arm.model_copy(update=update)
 
 

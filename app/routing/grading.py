@@ -3,15 +3,27 @@
 :func:`apply_grade` is called by :func:`app.routing.fold.handle` for every
 ``GradeApplied`` event of the routing log, in log order, so a replay applies the
 same grades at the same positions.
+
+The grade joins the answering deployment's grade sums in every bucket of the
+answer's context (``GradeApplied.context``, the decision's; ``*`` only without
+one); a grade that replaces an earlier one from the same source for the same
+request takes the earlier one back (``replaces_score``/``replaces_weight``), so
+the answer counts once, with its latest grade. Availability (breaker,
+reliability accounting, seed 000's reward sums) is left as it is: quality is a
+separate signal. A grade for a deployment the route no longer has is still
+kept (its statistics wait in the row like any other arm's).
 """
 
 from __future__ import annotations
 
 from app.events import GradeApplied
+from app.routing.evidence import observe_grade
 from app.routing.policy import Policy
 from app.routing.state import RouteState
 
 
 def apply_grade(state: RouteState, grade: GradeApplied, policy: Policy) -> RouteState:
     """The state with ``grade`` counted (and the grade it replaces taken back)."""
-    return state
+    arm = state.arm(grade.deployment)
+    graded = arm.model_copy(update={"evidence": observe_grade(arm.evidence, grade, policy)})
+    return state.model_copy(update={"arms": {**state.arms, grade.deployment: graded}})

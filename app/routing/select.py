@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from app.events import Candidate, Exclusion
 from app.routing import breaker, strategies
 from app.routing.candidates import CandidatePlan
+from app.routing.context import EVERYTHING
+from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState, BreakerPhase, RouteState
 from app.understanding.modes import DEFAULT_MODE
@@ -28,6 +30,8 @@ class Selection:
     arms: dict[str, ArmState]
     #: Why the chosen arm won: "score", "untried_first" or "half_open_probe".
     rule: str = "score"
+    #: The context bucket the chosen arm's estimate came from (issue 10).
+    level: str = EVERYTHING
 
 
 def _exclusion_reason(
@@ -55,6 +59,7 @@ def select(
     attempt: int,
     tried: Collection[str],
     policy: Policy,
+    learning: Learning = NO_LEARNING,
 ) -> Selection:
     """Rank the plan's arms (or, given a route name, all of the route's default deployments)."""
     plan = route if isinstance(route, CandidatePlan) else None
@@ -79,7 +84,7 @@ def select(
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
     ranking = strategies.rank(
-        eligible, total_started, request_id, attempt, policy, mode, state.clock
+        eligible, total_started, request_id, attempt, policy, mode, state.clock, learning
     )
     probe = _due_probe(eligible) if ranking.rule != "untried_first" else None
     if probe is not None:
@@ -95,6 +100,7 @@ def select(
         ranking.propensity,
         updated,
         ranking.rule,
+        ranking.level,
     )
 
 

@@ -61,6 +61,41 @@ class Recent(Model):
     fast: Sums = Field(default_factory=Sums)
 
 
+class Evidence(Model):
+    """What one deployment showed in one context bucket (issue 10): its answers, the
+    quality grades of those answers and what its attempts cost.
+
+    Grades are sums over graded answers (``weight``-weighted): a grade that replaces an
+    earlier one from the same source takes the old one back, so ``graded`` counts answers
+    graded, not grades received.
+    """
+
+    #: Successful answers (each may get a grade later).
+    answers: int = 0
+    #: Answers graded, the grades' total weight, weighted sum, sum of squares and the
+    #: weight of those at or above seed 000's success threshold (0.5).
+    graded: int = 0
+    weight: float = 0.0
+    score: float = 0.0
+    square: float = 0.0
+    wins: float = 0.0
+    #: Attempts that reported a cost, their dollars and tokens (the real-cost estimate).
+    costed: int = 0
+    cost_usd: float = 0.0
+    tokens_in: float = 0.0
+    tokens_out: float = 0.0
+
+
+class Pacer(Model):
+    """A budget pacer's dual variable (app/routing/pacer.py): the weight of cost, in
+    quality per target-cost, and the spend already folded into it."""
+
+    multiplier: float
+    #: Dollars of outcomes already folded into ``multiplier`` (the scope's total then).
+    spent: float = 0.0
+    requests: int = 0
+
+
 class ArmState(Model):
     """Seed 000's bandit hash plus latency EMA, breaker and the in-flight count."""
 
@@ -83,6 +118,9 @@ class ArmState(Model):
     tokens_per_s: float = 50.0
     throughput_samples: int = 0
     recent: Recent = Field(default_factory=Recent)
+    #: Quality grades, answers and cost per context bucket (app/routing/context.py), by
+    #: key; ``*`` is every context. Bounded: CONTEXT_MAX_KEYS per deployment.
+    evidence: dict[str, Evidence] = Field(default_factory=dict)
 
     @property
     def mean_reward(self) -> float:
@@ -159,6 +197,8 @@ class RouteState(Model):
     parked: dict[str, Parked] = Field(default_factory=dict)
     #: New requests waiting in the log for a deployment (app/routing/parking.py).
     line: Line = Field(default_factory=Line)
+    #: Budget pacers (app/routing/pacer.py) by scope: ``route``, ``tenant:NAME``.
+    pacers: dict[str, Pacer] = Field(default_factory=dict)
 
     def arm(self, deployment: str) -> ArmState:
         return self.arms.get(deployment) or ArmState()

@@ -8,11 +8,13 @@ the request id and attempt, so a replay draws the same numbers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.events import Candidate
-from app.routing import adaptive, bandit
+from app.routing import adaptive, bandit, context, estimates
+from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState
 from app.settings import Strategy
@@ -25,11 +27,13 @@ from app.understanding.modes import (
 )
 
 ALGORITHM_VERSION = {
-    Strategy.UCB1: "seed000-ucb1/1",
-    Strategy.THOMPSON: "seed000-thompson/1",
-    Strategy.COMPOSITE: "seed003-composite/1",
-    Strategy.ADAPTIVE: "switchyard-adaptive/1",
+    Strategy.UCB1: "seed000-ucb1/2",
+    Strategy.THOMPSON: "seed000-thompson/2",
+    Strategy.COMPOSITE: "seed003-composite/2",
+    Strategy.ADAPTIVE: "switchyard-adaptive/2",
 }
+#: Thompson with the fractional Beta update from grades (THOMPSON_FRACTIONAL).
+THOMPSON_FRACTIONAL_VERSION = "seed000-thompson-fractional/2"
 #: Monte Carlo draws behind a Thompson decision's propensity (std. error <= 0.035).
 PROPENSITY_DRAWS = 200
 
@@ -42,6 +46,48 @@ class Ranking:
     candidates: list[Candidate]
     propensity: float = 1.0
     rule: str = "score"
+    #: The bucket the chosen deployment's quality estimate came from (issue 10).
+    level: str = context.EVERYTHING
+
+
+def algorithm_version(policy: Policy) -> str:
+    params = policy.params
+    if params.strategy is Strategy.THOMPSON and params.thompson_fractional:
+        return THOMPSON_FRACTIONAL_VERSION
+    return ALGORITHM_VERSION[params.strategy]
+
+
+def _qualities(eligible: Eligible, learning: Learning, policy: Policy) -> list[estimates.Quality]:
+    """Each candidate's graded quality in the request's buckets (empty: no grade on the route)."""
+    states = [state for _, state in eligible]
+    if not estimates.graded_route(states):
+        return []
+    rate = estimates.coverage(states)
+    return [
+        estimates.quality(state, learning.chain, _quality_prior(arm, policy), rate, policy.params)
+        for arm, state in eligible
+    ]
+
+
+def _quality_prior(arm: Arm, policy: Policy) -> float:
+    params = policy.params
+    configured = arm.provider.quality_prior_of(arm.model)
+    if params.adaptive_quality_priors and configured is not None:
+        return configured
+    return params.adaptive_default_quality
+
+
+def _costs(eligible: Eligible, learning: Learning) -> list[float]:
+    """Each candidate's expected real cost of an answer to this request."""
+    tokens = estimates.token_means(state for _, state in eligible)
+    return [estimates.cost(arm, state, learning.chain, tokens) for arm, state in eligible]
+
+
+def _with_level(ranking: Ranking, qualities: list[estimates.Quality]) -> Ranking:
+    if not qualities:
+        return ranking
+    level = qualities[ranking.chosen].level
+    return Ranking(ranking.chosen, ranking.candidates, ranking.propensity, ranking.rule, level)
 
 
 def rank(
@@ -52,15 +98,19 @@ def rank(
     policy: Policy,
     mode: RoutingMode = DEFAULT_MODE,
     now: float = 0.0,
+    learning: Learning = NO_LEARNING,
 ) -> Ranking:
     strategy = policy.params.strategy
+    qualities = _qualities(eligible, learning, policy)
     if strategy is Strategy.THOMPSON:
-        return thompson(eligible, request_id, attempt)
-    if strategy is Strategy.COMPOSITE:
-        return composite(eligible)
-    if strategy is Strategy.ADAPTIVE:
-        return adaptive_ranking(eligible, now, policy, mode)
-    return ucb1(eligible, total_started, policy, mode)
+        ranking = thompson(eligible, request_id, attempt, qualities, policy)
+    elif strategy is Strategy.COMPOSITE:
+        ranking = composite(eligible, qualities, _costs(eligible, learning))
+    elif strategy is Strategy.ADAPTIVE:
+        ranking = adaptive_ranking(eligible, now, policy, mode, learning, qualities)
+    else:
+        ranking = ucb1(eligible, total_started, policy, mode, qualities)
+    return _with_level(ranking, qualities)
 
 
 def mode_weights(mode: RoutingMode, policy: Policy) -> ModeWeights:
@@ -70,9 +120,20 @@ def mode_weights(mode: RoutingMode, policy: Policy) -> ModeWeights:
     return MODE_WEIGHTS[mode]
 
 
-def _bonuses(arm: Arm, state: ArmState, weights: ModeWeights) -> dict[str, float]:
+def cost_per_mtok(arm: Arm, state: ArmState, graded: bool) -> float:
+    """Seed 000's $/1M of a deployment: the configured figure (or seed 000's table); on a
+    graded route (issue 10), what its answers really cost per token once it has answered."""
+    seen = state.evidence.get(context.EVERYTHING)
+    if not graded or seen is None or seen.tokens_in + seen.tokens_out <= 0:
+        return arm.provider.bonus_cost_per_mtok
+    return seen.cost_usd / (seen.tokens_in + seen.tokens_out) * 1_000_000
+
+
+def _bonuses(
+    arm: Arm, state: ArmState, weights: ModeWeights, graded: bool = False
+) -> dict[str, float]:
     bonuses = {
-        "cost_bonus": bandit.cost_bonus(arm.provider.bonus_cost_per_mtok, weights.cost),
+        "cost_bonus": bandit.cost_bonus(cost_per_mtok(arm, state, graded), weights.cost),
         "latency_bonus": bandit.latency_bonus(state.avg_latency_s, weights.latency),
     }
     if weights.throughput > 0:
@@ -81,23 +142,32 @@ def _bonuses(arm: Arm, state: ArmState, weights: ModeWeights) -> dict[str, float
 
 
 def ucb1(
-    eligible: Eligible, total_started: int, policy: Policy, mode: RoutingMode = DEFAULT_MODE
+    eligible: Eligible,
+    total_started: int,
+    policy: Policy,
+    mode: RoutingMode = DEFAULT_MODE,
+    qualities: Sequence[estimates.Quality] = (),
 ) -> Ranking:
+    """Seed 000's UCB1; with grades on the route, the mean reward is the success rate
+    times the graded quality (issue 10)."""
     params = policy.params
     weights = mode_weights(mode, policy)
     candidates: list[Candidate] = []
     scores: list[float] = []
     first_untried: int | None = None
     for index, (arm, state) in enumerate(eligible):
-        bonuses = _bonuses(arm, state, weights)
+        bonuses = _bonuses(arm, state, weights, bool(qualities))
         if state.started == 0:
             # Seed 000: an arm never pulled is chosen before the formula applies.
             first_untried = index if first_untried is None else first_untried
             candidates.append(Candidate(deployment=arm.deployment, score=None, factors=bonuses))
             scores.append(0.0)
             continue
+        mean = state.mean_reward
+        if qualities:
+            mean = estimates.success_rate(state) * qualities[index].mean
         factors = {
-            "mean_reward": state.mean_reward,
+            "mean_reward": mean,
             "exploration": bandit.exploration_term(
                 params.exploration_bonus, total_started, state.started
             ),
@@ -111,8 +181,23 @@ def ucb1(
     return Ranking(bandit.argmax_first(scores), candidates)
 
 
-def thompson(eligible: Eligible, request_id: str, attempt: int) -> Ranking:
-    posteriors = [(state.alpha, state.beta) for _, state in eligible]
+def thompson(
+    eligible: Eligible,
+    request_id: str,
+    attempt: int,
+    qualities: Sequence[estimates.Quality] = (),
+    policy: Policy | None = None,
+) -> Ranking:
+    """Seed 000's Thompson; with grades on the route, each Beta posterior counts the graded
+    answers of its bucket (success when the grade is >= 0.5, or fractional) and the failed
+    calls (issue 10)."""
+    fractional = policy is not None and policy.params.thompson_fractional
+    posteriors = [
+        estimates.thompson_params(state, qualities[i].level, fractional)
+        if qualities
+        else (state.alpha, state.beta)
+        for i, (_, state) in enumerate(eligible)
+    ]
     samples = bandit.thompson_draws(posteriors, bandit.seeded_rng("thompson", request_id, attempt))
     chosen = bandit.argmax_first(samples)
     propensity = bandit.thompson_propensity(
@@ -125,49 +210,79 @@ def thompson(eligible: Eligible, request_id: str, attempt: int) -> Ranking:
         Candidate(
             deployment=arm.deployment,
             score=sample,
-            factors={"alpha": state.alpha, "beta": state.beta, "sample": sample},
+            factors={"alpha": alpha, "beta": beta, "sample": sample},
         )
-        for (arm, state), sample in zip(eligible, samples, strict=True)
+        for (arm, _), (alpha, beta), sample in zip(eligible, posteriors, samples, strict=True)
     ]
     return Ranking(chosen, candidates, propensity)
 
 
-def composite(eligible: Eligible) -> Ranking:
-    """Seed 003 §4: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure)``.
+def composite(
+    eligible: Eligible,
+    qualities: Sequence[estimates.Quality] = (),
+    costs: Sequence[float] = (),
+) -> Ranking:
+    """Seed 003 §4: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure)``,
+    times ``(1 + 10 x (1 - quality))`` once the route has grades (issue 10).
 
     Lowest wins; ties go to config order. An arm with no latency sample yet
-    scores 0, so each arm is tried before the EWMAs steer.
+    scores 0, so each arm is tried before the EWMAs steer. Cost is the real mean
+    cost of an answer (app/routing/estimates.py), seed 003's workload before any.
     """
     candidates: list[Candidate] = []
     negated: list[float] = []
-    for arm, state in eligible:
+    for index, (arm, state) in enumerate(eligible):
         factors = {
-            "cost_usd": arm.workload_cost_usd,
+            "cost_usd": costs[index] if costs else arm.workload_cost_usd,
             "latency_penalty": (state.ewma_latency_ms / arm.provider.p95_latency_baseline_ms) ** 2,
             "failure_penalty": 1.0 + 10.0 * state.ewma_failure,
         }
-        score = factors["cost_usd"] * factors["latency_penalty"] * factors["failure_penalty"]
+        if qualities:
+            factors["quality_penalty"] = 1.0 + 10.0 * (1.0 - qualities[index].mean)
+        score = math.prod(factors.values())
         candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
         negated.append(-score)
     return Ranking(bandit.argmax_first(negated), candidates)
 
 
 def adaptive_ranking(
-    eligible: Eligible, now: float, policy: Policy, mode: RoutingMode = DEFAULT_MODE
+    eligible: Eligible,
+    now: float,
+    policy: Policy,
+    mode: RoutingMode = DEFAULT_MODE,
+    learning: Learning = NO_LEARNING,
+    qualities: Sequence[estimates.Quality] = (),
 ) -> Ranking:
     """:mod:`app.routing.adaptive`: the highest expected value per attempt wins.
 
     A mode scales the cost and waiting terms as seed 000 §11 scales UCB1's cost and
     latency bonuses against ``balanced`` (price: cost x3, waiting x1/3; quality: only
     success and acceptance count ...) and adds ``throughput``'s tokens/s bonus.
+    Issue 10: cost is the real cost of an answer in the request's buckets, weighed by
+    the budget pacer's multiplier when a cost target applies; once the route has
+    grades, quality is the graded bound, and a deployment never tried is tried first.
     """
     weights, balanced = MODE_WEIGHTS[mode], MODE_WEIGHTS[RoutingMode.BALANCED]
     cost_scale = weights.cost / balanced.cost
     wait_scale = weights.latency / balanced.latency
+    costs = _costs(eligible, learning)
+    per_dollar = None
+    if learning.multiplier is not None and learning.target_usd is not None:
+        per_dollar = learning.multiplier / learning.target_usd
     candidates: list[Candidate] = []
     values: list[float] = []
-    for arm, state in eligible:
-        estimate = adaptive.estimate(arm, state.recent, now, policy, cost_scale, wait_scale)
+    for index, (arm, state) in enumerate(eligible):
+        estimate = adaptive.estimate(
+            arm,
+            state.recent,
+            now,
+            policy,
+            cost_scale,
+            wait_scale,
+            cost_usd=costs[index],
+            graded=qualities[index] if qualities else None,
+            per_dollar=per_dollar,
+        )
         factors = estimate.factors()
         value = estimate.value
         if weights.throughput > 0:
@@ -175,4 +290,7 @@ def adaptive_ranking(
             value += factors["throughput_bonus"]
         candidates.append(Candidate(deployment=arm.deployment, score=value, factors=factors))
         values.append(value)
+    untried = [i for i, (_, state) in enumerate(eligible) if state.started == 0]
+    if qualities and untried:
+        return Ranking(untried[0], candidates, rule="untried_first")
     return Ranking(bandit.argmax_first(values), candidates)

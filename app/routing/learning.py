@@ -1,0 +1,60 @@
+"""What a decision knows about the request beyond its candidates (issue 10): its context
+buckets and the budget pacer that applies to it.
+
+:func:`prepare` is called once per decision, before ranking; the pacer it moves
+is written back into the route state with the decision (:func:`pacers`), so a
+replay of the log moves it the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.events import RequestAccepted
+from app.routing import context, pacer
+from app.routing.policy import Policy
+from app.routing.state import Pacer, RouteState
+
+
+@dataclass(frozen=True, slots=True)
+class Learning:
+    #: The request's context key (None: no features) and the buckets learnt in, finest first.
+    key: str | None = None
+    chain: tuple[str, ...] = (context.EVERYTHING,)
+    target: pacer.Target | None = None
+    #: The pacer after this decision's update (None: no cost target applies).
+    pacer: Pacer | None = None
+
+    @property
+    def multiplier(self) -> float | None:
+        return None if self.pacer is None else self.pacer.multiplier
+
+    @property
+    def target_usd(self) -> float | None:
+        return None if self.target is None else self.target.usd
+
+
+NO_LEARNING = Learning()
+
+
+def prepare(state: RouteState, accepted: RequestAccepted, attempt: int, policy: Policy) -> Learning:
+    key = context.context_key(accepted)
+    chain = context.levels(key) if policy.params.context_learning else (context.EVERYTHING,)
+    target = pacer.target_of(accepted, policy)
+    if target is None:
+        return Learning(key, chain)
+    moved = pacer.advance(
+        state.pacers.get(target.scope),
+        pacer.spent(state, target.scope),
+        target.usd,
+        attempt == 1,
+        policy,
+    )
+    return Learning(key, chain, target, moved)
+
+
+def pacers(state: RouteState, learning: Learning) -> dict[str, Pacer]:
+    """The route's pacers with this decision's update."""
+    if learning.target is None or learning.pacer is None:
+        return state.pacers
+    return {**state.pacers, learning.target.scope: learning.pacer}
