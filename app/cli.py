@@ -127,6 +127,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "poison": ("bench.poison", "10,030 malformed records among 1,000 valid: dead letters, crashes"),
     "burst": ("bench.burst", "N requests at once to one worker: refused, drained, state size"),
     "backlog": ("bench.backlog", "stop the worker under load, restart it: fates, breakers"),
+    "realdata": ("bench.realdata", "graded prompts through the live router: quality, cost, pacer"),
     "feedback": ("bench.feedback_storm", "10,000 feedback (a third bad) with live traffic: lost"),
 }
 
