@@ -90,6 +90,8 @@ class Pipeline:
 
     latest: dict[str, RouteState] = field(default_factory=dict)
     unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
+    #: The routing partition of each route with unwritten events.
+    partition_of: dict[str, int] = field(default_factory=dict)
     driver: Driver = field(
         default_factory=lambda: Driver(_policy, max_recall_bytes=settings.recall_memory_bytes)
     )
@@ -100,12 +102,21 @@ class Pipeline:
         return latest if latest is not None else load_route_state(route_name)
 
     async def fold(
-        self, parsed: RoutingLogEvent, event: Any, offset: int, partition: int = 0, size: int = 0
+        self,
+        parsed: RoutingLogEvent,
+        event: Any,
+        offset: int,
+        partition: int = 0,
+        size: int = 0,
+        more: bool = False,
     ) -> list[Any]:
         """Fold, send, write what is acknowledged; return the events now safe to ack.
 
-        Must run in ``event``'s stream context: the row write goes to its partition,
-        which is the route's.
+        ``more``: events are already waiting in the stream's buffer. The rows then wait
+        for the last of them (one changelog record for a batch of events), up to
+        ``router_batch_max`` events per route. Must run in ``event``'s stream context: a
+        row write goes to its partition, so only rows of routes on that partition are
+        written.
         """
         route_name = route_of(parsed)
         started = time.perf_counter()
@@ -115,12 +126,19 @@ class Pipeline:
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
         sends = await _publish(step, _answered(parsed))
         self.latest[route_name] = step.state
-        self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
+        self.partition_of[route_name] = partition
+        unwritten = self.unwritten.setdefault(route_name, deque())
+        unwritten.append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
         _export_breakers(step)
         metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
         metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
-        return self.write_acknowledged(route_name)
+        if more and len(unwritten) < settings.router_batch_max:
+            return []
+        safe: list[Any] = []
+        for name in [r for r, p in self.partition_of.items() if p == partition]:
+            safe += self.write_acknowledged(name)
+        return safe
 
     def write_acknowledged(self, route_name: str) -> list[Any]:
         queue = self.unwritten.get(route_name) or deque()
@@ -138,12 +156,14 @@ class Pipeline:
         if not queue:
             self.latest.pop(route_name, None)  # the row is the newest state again
             self.unwritten.pop(route_name, None)
+            self.partition_of.pop(route_name, None)
         return [folded.event for folded in done]
 
     def forget(self) -> None:
         """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
         self.latest.clear()
         self.unwritten.clear()
+        self.partition_of.clear()
         self.driver.forget()
 
     async def _drive(
@@ -198,7 +218,10 @@ async def route(stream: StreamT[bytes]) -> None:
         try:
             message = event.message
             size = len(event.value or b"")
-            safe = await _pipeline.fold(parsed, event, message.offset, message.partition, size)
+            more = not manual.channel.queue.empty()  # rows wait for the batch's last event
+            safe = await _pipeline.fold(
+                parsed, event, message.offset, message.partition, size, more
+            )
         except SendFailed:
             raise  # unacked events are redelivered after the restart
         except Exception as exc:  # a bug must not stop the route: record it and go on

@@ -212,6 +212,9 @@ class Settings(BaseSettings):
     #: of the deployments' ``max_concurrency`` (two at 500 in ``bench burst``): a decided
     #: attempt then starts its call one broker hop after its decision, not in a queue.
     executor_concurrency: int = Field(default=1024, ge=1)
+    #: The router writes a route's row (one changelog record) once per batch of events
+    #: read together, and at least every this many events of the route.
+    router_batch_max: int = Field(default=256, ge=1)
     #: Spilled dispatches (``switchyard.spill``: the deciding worker had no room) one
     #: worker calls at once.
     spill_concurrency: int = Field(default=128, ge=1)

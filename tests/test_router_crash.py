@@ -181,3 +181,25 @@ async def test_a_send_the_producer_gave_up_on_stops_the_router(
     with pytest.raises(router.SendFailed):
         await worker.fold(tick(T0 + 1), "ev1", 1)
     assert "chat" not in table  # nothing written, nothing acked: redelivered after restart
+
+
+async def test_a_batch_of_events_read_together_is_written_as_one_row(
+    wired: tuple[FakeBroker, dict[str, RouteState]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, table = wired
+    writes: list[int] = []
+
+    def save(route: str, state: RouteState) -> None:
+        writes.append(state.position)
+        table[route] = state
+
+    monkeypatch.setattr(router, "save_route_state", save)
+    broker.acknowledge = True
+    worker = router.Pipeline()
+    requests = [accepted(f"b-{i}", T0, offset=i) for i in range(3)]
+    assert await worker.fold(requests[0], "ev0", 0, more=True) == []
+    assert await worker.fold(requests[1], "ev1", 1, more=True) == []
+    assert writes == [] and "chat" not in table  # a kill here redelivers all three
+    assert await worker.fold(requests[2], "ev2", 2, more=False) == ["ev0", "ev1", "ev2"]
+    assert writes == [2]
+    assert len(table["chat"].open_attempts) == 3
