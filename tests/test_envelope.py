@@ -31,8 +31,8 @@ from app.events import (
 )
 from app.execution.call import CallResult, build_outcome, feedback
 from app.execution.envelope import RESPONSE_TOO_LARGE, seal
-from app.routing.answers import final_response
 from app.ingest import accept, encode_accepted
+from app.routing.answers import final_response
 from app.settings import Settings
 
 SETTINGS = Settings()

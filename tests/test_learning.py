@@ -92,7 +92,17 @@ def test_apply_grade_through_the_fold_is_applied_once() -> None:
     assert step.state.arms[A].evidence["*"].score == pytest.approx(0.7)
     again = handle(step.state, grade(0.7), 4, pol)  # redelivered: same position
     assert again.state == step.state and not again.applied
-    assert apply_grade(state, grade(0.7), pol).arms[A].pulls == 0  # availability untouched
+    graded = apply_grade(state, grade(0.7), pol)
+    assert graded is not None and graded.arms[A].pulls == 0  # availability untouched
+
+
+def test_a_grade_resent_at_a_later_position_is_counted_once() -> None:
+    """The matcher re-sends the same record (same id) after a crash: a new position."""
+    pol = _policy()
+    once = handle(RouteState(position=3), grade(0.7), 4, pol)
+    twice = handle(once.state, grade(0.7), 9, pol)
+    assert not twice.applied
+    assert twice.state.arms[A].evidence == once.state.arms[A].evidence
 
 
 def test_outcomes_count_answers_and_real_cost() -> None:

@@ -89,7 +89,8 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     elif isinstance(event, RequestAccepted):
         step = _arrive(state, event, position, policy)
     elif isinstance(event, GradeApplied):
-        step = Step(apply_grade(state, event, policy))
+        graded = apply_grade(state, event, policy)
+        step = Step(state, applied=False) if graded is None else Step(graded)
     else:
         step = _finish(state, event, position, policy)
     if expired or overdue:

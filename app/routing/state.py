@@ -176,6 +176,10 @@ class Line(Model):
     blocked_at: int = -1
 
 
+#: How many grade ids a route remembers to drop a re-sent grade.
+RECENT_GRADES = 512
+
+
 class RouteState(Model):
     #: Route clock: the largest event time seen, in epoch seconds. Never goes back.
     clock: float = 0.0
@@ -199,6 +203,9 @@ class RouteState(Model):
     line: Line = Field(default_factory=Line)
     #: Budget pacers (app/routing/pacer.py) by scope: ``route``, ``tenant:NAME``.
     pacers: dict[str, Pacer] = Field(default_factory=dict)
+    #: Ids of the grades folded last (at most ``RECENT_GRADES``): a grade the matcher
+    #: re-sent after a crash (same id) is counted once (app/routing/grading.py).
+    recent_grades: list[str] = Field(default_factory=list)
 
     def arm(self, deployment: str) -> ArmState:
         return self.arms.get(deployment) or ArmState()
