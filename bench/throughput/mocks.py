@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.embedded.lifetime import die_with_parent
 from bench.throughput.workload import MOCK_MODEL
 
 MOCK_KINDS = {"llmock": "llmock (FastAPI/uvicorn)", "light": "light (aiohttp)"}
@@ -108,7 +109,11 @@ class MockServer:
         env = {**os.environ, "LLMOCK_LATENCY_MS": str(self.latency_ms)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                self.command(), env=env, stdout=log, stderr=subprocess.STDOUT
+                self.command(),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
