@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +28,7 @@ from app.events import (
 from app.execution.call import CallResult, call_provider
 from app.execution.envelope import Sealed, seal
 from app.execution.http import make_client
+from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
 from app.execution.stream import stream_provider
 from app.faust_app import (
     app,
@@ -113,16 +113,9 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
         await asyncio.sleep(backoff)
     left = dispatch.deadline - time.time()
     if left <= 0:
-        return CallResult(StatusClass.EXPIRED, None, 0.0, error="request deadline passed")
-    result = await _call(dispatch, provider, min(dispatch.timeout_s, left))
-    cut_short = left < dispatch.timeout_s
-    if cut_short and result.status_class is StatusClass.TIMEOUT and result.http_status is None:
-        return replace(
-            result,
-            status_class=StatusClass.EXPIRED,
-            error="request deadline passed during the call",
-        )
-    return result
+        return deadline_passed()
+    result = await _call(dispatch, provider, call_budget_s(dispatch.timeout_s, left))
+    return blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
 
 
 async def _call(dispatch: Dispatch, provider: ProviderConfig, budget: float) -> CallResult:

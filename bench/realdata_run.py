@@ -3,8 +3,8 @@
 Each prompt is a request accepted by :func:`app.ingest.accept` and folded by the
 live :class:`app.routing.driver.Driver` (the fold every user drives); the
 attempt the router dispatches is answered with an ``AttemptFinished`` built by
-the executor's own :func:`app.execution.call.build_outcome` and
-:func:`~app.execution.call.feedback` from a successful call (tokens in from the
+the executor's own :func:`app.execution.outcome.build_outcome` and
+:func:`~app.execution.outcome.feedback` from a successful call (tokens in from the
 prompt's length, tokens out from the data's cost at the deployment's list
 price), its ``cost_usd`` the data's cost for that model; a ``GradeApplied``
 carrying the data's judge reward for the model that answered follows on a share
@@ -37,7 +37,7 @@ from app.events import (
     StatusClass,
     derived_id,
 )
-from app.execution.call import CallResult, build_outcome, feedback
+from app.execution.outcome import CallResult, build_outcome, feedback
 from app.ingest import accept
 from app.routing.driver import Driver
 from app.routing.policy import Policy

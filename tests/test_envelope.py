@@ -29,8 +29,9 @@ from app.events import (
     StatusClass,
     derived_id,
 )
-from app.execution.call import CallResult, build_outcome, feedback
+from app.execution.call import CallResult
 from app.execution.envelope import RESPONSE_TOO_LARGE, seal
+from app.execution.outcome import build_outcome, feedback
 from app.ingest import accept, encode_accepted
 from app.routing.answers import final_response
 from app.settings import Settings

@@ -36,16 +36,9 @@ from app.events import (
     StatusClass,
     derived_id,
 )
-from app.execution.call import (
-    CallResult,
-    build_outcome,
-    call_provider,
-    cost_usd,
-    is_final,
-    request_body,
-    reward,
-)
+from app.execution.call import CallResult, call_provider, request_body
 from app.execution.http import Transport, make_client
+from app.execution.outcome import build_outcome, cost_usd, is_final, reward
 from app.execution.retry_after import parse_retry_after
 from app.routing.reliability import is_retriable
 

@@ -12,8 +12,9 @@ from factories import T0, accepted, finished, fold, outcome
 
 from app.config import parse_config
 from app.events import ChatMessage, ChatRequest, StatusClass
-from app.execution.call import call_provider, confidence_of, is_final
+from app.execution.call import call_provider, confidence_of
 from app.execution.http import make_client
+from app.execution.outcome import is_final
 from app.routing.policy import Policy
 from app.settings import RoutingParams
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from factories import T0, accepted, dep, finish, fold, params, provider, routing_config
 
-from app.audit.counterfactual import counterfactual, simulate
+from app.audit.counterfactual import _Run, counterfactual, outcome_model, simulate
 from app.audit.explain import build_trace
 from app.audit.explain import render as render_trace
 from app.audit.export import read_policy, redact_record, write_export, write_policy
@@ -19,6 +19,8 @@ from app.audit.side_by_side import render as render_side_by_side
 from app.audit.synthetic import Profile, synthetic_log
 from app.cli import main
 from app.events import AttemptFinished, StatusClass
+from app.execution.outcome import finish as executor_finish
+from app.execution.outcome import recorded_result
 from app.routing.policy import Policy
 from app.settings import Topics
 
@@ -208,6 +210,39 @@ def test_a_higher_cost_weight_shifts_the_share_to_the_cheap_deployment(
     text = render_side_by_side(report)
     assert "recorded (measured)" in text and "alternative (estimated)" in text
     assert "not measurements" in text
+
+
+def test_a_drawn_outcome_is_built_as_the_executor_builds_it(recorded: RecordedLog) -> None:
+    """The alternative's attempt ends as the executor would end it with the drawn call's
+    result: its own decision's context, and a local-first answer below the dispatch's
+    confidence is not final (the old copy kept the source's context and ignored it)."""
+    alt = three()
+    run = _Run(recorded, alt, outcome_model(recorded), 0)
+    (step,) = fold([accepted("cf-1")], alt).steps
+    (sent,) = step.dispatches
+    decision = sent.decision.model_copy(update={"context": "acme|general|short|text"})
+    sent = sent.model_copy(update={"min_confidence": 0.9, "decision": decision})
+    source = next(
+        e.outcome
+        for e in (entry.event for entry in recorded.routing)
+        if isinstance(e, AttemptFinished) and e.outcome.status_class is StatusClass.SUCCESS
+    )
+    source = source.model_copy(update={"confidence": 0.5, "context": "someone|else"})
+    synthetic = run.synthetic(sent, source)
+    provider = alt.config.provider_by_id[sent.decision.provider]
+    _, executors = executor_finish(
+        sent, recorded_result(source), provider, occurred_at=synthetic.occurred_at
+    )
+
+    unnamed = {"id": ""}
+    assert synthetic.outcome.model_copy(update=unnamed) == executors.outcome.model_copy(
+        update=unnamed
+    )
+    assert synthetic.model_copy(update={**unnamed, "outcome": executors.outcome}) == (
+        executors.model_copy(update=unnamed)
+    )
+    assert not synthetic.outcome.final and synthetic.retry is not None
+    assert synthetic.outcome.context == decision.context
 
 
 def test_a_deployment_never_observed_is_a_pooled_guess(recorded: RecordedLog) -> None:

@@ -13,8 +13,9 @@ from llmock.testing import LLMockServer
 
 from app.config import ProviderConfig
 from app.events import ChatMessage, ChatRequest, StatusClass
-from app.execution.call import CallResult, is_final
+from app.execution.call import CallResult
 from app.execution.http import make_client
+from app.execution.outcome import is_final
 from app.execution.stream import stream_provider
 
 REQUEST = ChatRequest(

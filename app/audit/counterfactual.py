@@ -40,11 +40,10 @@ from app.events import (
     derived_id,
     route_of,
 )
-from app.execution.call import cost_usd
+from app.execution.outcome import finish, recorded_result
 from app.routing.driver import Driver
 from app.routing.fold import at, epoch
 from app.routing.policy import Policy
-from app.routing.reliability import ends_request
 from app.routing.state import RouteState
 
 Key = tuple[str, int]
@@ -137,45 +136,30 @@ class _Run:
             self.result.unresolved += 1
             return
         source_outcome, source = drawn
-        outcome = self.synthetic_outcome(dispatch, source_outcome)
-        self.result.outcomes[key] = (outcome, source)
+        finished = self.synthetic(dispatch, source_outcome)
+        self.result.outcomes[key] = (finished.outcome, source)
         self.sequence += 1
-        finished = AttemptFinished(
-            id=derived_id("counterfactual-finished", self.run, *key),
-            occurred_at=outcome.occurred_at,
-            outcome=outcome,
-            tried=self.tried[key],
-            retry=None if outcome.final else dispatch.accepted,
-        )
-        due = epoch(outcome.occurred_at)
+        due = epoch(finished.occurred_at)
         heapq.heappush(self.pending.setdefault(route, []), (due, self.sequence, finished))
 
-    def synthetic_outcome(self, dispatch: Dispatch, source: Outcome) -> Outcome:
+    def synthetic(self, dispatch: Dispatch, source: Outcome) -> AttemptFinished:
+        """The drawn outcome's call as this dispatch's, built as the executor builds it (its
+        recorded reward kept), under ids of this run."""
         decision = dispatch.decision
+        key = key_of(decision)
         provider = self.alt.config.provider_by_id[decision.provider]
-        final = ends_request(
-            decision.attempt, dispatch.max_attempts, source.status_class, source.http_status
-        )
         done = max(
             epoch(decision.occurred_at) + self.model.delay_s(source),
             dispatch.not_before + source.latency_ms / 1000.0,
         )
-        return source.model_copy(
-            update={
-                "id": derived_id("counterfactual-outcome", self.run, *key_of(decision)),
-                "occurred_at": at(done),
-                "request_id": decision.request_id,
-                "attempt": decision.attempt,
-                "route": decision.route,
-                "deployment": decision.deployment,
-                "provider": decision.provider,
-                "model": decision.model,
-                "decision_id": decision.id,
-                "cost_usd": cost_usd(
-                    provider, source.tokens_in, source.tokens_out, source.tokens_cached
-                ),
-                "final": final,
-            }
+        outcome, finished = finish(
+            dispatch, recorded_result(source), provider, occurred_at=at(done), judged=source.reward
+        )
+        outcome = outcome.model_copy(
+            update={"id": derived_id("counterfactual-outcome", self.run, *key)}
+        )
+        return finished.model_copy(
+            update={"id": derived_id("counterfactual-finished", self.run, *key), "outcome": outcome}
         )
 
 

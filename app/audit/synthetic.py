@@ -31,7 +31,7 @@ from app.events import (
     derived_id,
     route_of,
 )
-from app.execution.call import CallResult, build_outcome, feedback, is_final
+from app.execution.outcome import CallResult, finish
 from app.routing.bandit import seeded_rng
 from app.routing.driver import Driver
 from app.routing.fold import at, epoch
@@ -147,12 +147,11 @@ class _Simulation:
             completion=COMPLETION if ok else None,
             error=None if ok else status.value,
         )
-        final = is_final(dispatch, result)
         provider = self.policy.config.provider_by_id[decision.provider]
         done = max(epoch(decision.occurred_at), dispatch.not_before) + latency_ms / 1000.0
-        outcome = build_outcome(dispatch, result, provider, occurred_at=at(done), final=final)
+        outcome, finished = finish(dispatch, result, provider, occurred_at=at(done))
         self.record("outcomes", outcome.model_dump_json())
-        self.schedule(done, feedback(dispatch, outcome, result))
+        self.schedule(done, finished)
 
 
 def synthetic_log(

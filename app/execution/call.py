@@ -6,7 +6,7 @@ here from fixed words, HTTP statuses, short provider error codes and exception
 class names, never from exception text or headers, and are scrubbed of the API
 key besides, so they are safe to publish on ``llm.outcomes``.
 
-``build_outcome`` turns a result into the ``Outcome`` event of its attempt.
+:mod:`app.execution.outcome` turns a result into the attempt's outcome and feedback.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 import httpx
 
 from app.config import ProviderConfig
-from app.events import AttemptFinished, ChatRequest, Dispatch, Outcome, StatusClass, derived_id
+from app.events import ChatRequest, StatusClass
+from app.execution.outcome import CallResult as CallResult  # what call_provider returns
 from app.execution.retry_after import parse_retry_after
-from app.routing.reliability import classify_http_status, ends_request, is_retriable
+from app.routing.reliability import classify_http_status
 
 #: A 2xx whose first choice ends with one of these is not a usable completion.
 ERROR_FINISH_REASONS: Final = frozenset({"error"})
@@ -34,25 +34,6 @@ ERROR_FINISH_REASONS: Final = frozenset({"error"})
 _ERROR_CODE: Final = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _REDACTED: Final = "[redacted]"
 _MAX_PROVIDER_TEXT: Final = 64
-
-
-@dataclass(frozen=True, slots=True)
-class CallResult:
-    """What one provider call came to. ``completion`` is set on success only."""
-
-    status_class: StatusClass
-    http_status: int | None
-    latency_ms: float
-    tokens_in: int = 0
-    tokens_out: int = 0
-    tokens_cached: int = 0
-    finish_reason: str | None = None
-    completion: dict[str, Any] | None = None
-    error: str | None = None
-    retry_after_s: float | None = None
-    confidence: float | None = None
-    #: Streaming calls: time to the first content token.
-    first_token_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,88 +278,3 @@ def _count(value: object) -> int:
     if not math.isfinite(value) or value < 0:
         return 0
     return int(value)
-
-
-# --------------------------------------------------------------------------- outcome
-
-
-def cost_usd(
-    provider: ProviderConfig, tokens_in: int, tokens_out: int, tokens_cached: int
-) -> float:
-    """Dollars for one call: uncached input, cached input and output, priced per 1M tokens."""
-    billable_in = max(0, tokens_in - tokens_cached)
-    return (
-        billable_in * provider.cost_per_mtok_input
-        + tokens_cached * provider.cached_input_price
-        + tokens_out * provider.cost_per_mtok_output
-    ) / 1_000_000
-
-
-def reward(status_class: StatusClass) -> float:
-    return 1.0 if status_class is StatusClass.SUCCESS else 0.0
-
-
-def is_final(dispatch: Dispatch, result: CallResult) -> bool:
-    """True unless the attempt failed in a retriable way, or a local-first answer was not
-    confident enough, and attempts remain."""
-    return ends_request(
-        dispatch.decision.attempt,
-        dispatch.max_attempts,
-        result.status_class,
-        result.http_status,
-        confidence=result.confidence,
-        min_confidence=dispatch.min_confidence,
-    )
-
-
-def build_outcome(
-    dispatch: Dispatch,
-    result: CallResult,
-    provider: ProviderConfig,
-    *,
-    occurred_at: datetime,
-    final: bool,
-) -> Outcome:
-    """The ``Outcome`` event of the dispatched attempt. Carries no prompt or completion text."""
-    decision = dispatch.decision
-    if provider.id != decision.provider:
-        raise ValueError(f"provider {provider.id!r} is not the decision's {decision.provider!r}")
-    return Outcome(
-        id=derived_id("outcome", decision.request_id, decision.attempt),
-        occurred_at=occurred_at,
-        request_id=decision.request_id,
-        attempt=decision.attempt,
-        route=decision.route,
-        deployment=decision.deployment,
-        provider=decision.provider,
-        model=decision.model,
-        decision_id=decision.id,
-        status_class=result.status_class,
-        http_status=result.http_status,
-        latency_ms=result.latency_ms,
-        tokens_in=result.tokens_in,
-        tokens_out=result.tokens_out,
-        tokens_cached=result.tokens_cached,
-        cost_usd=cost_usd(provider, result.tokens_in, result.tokens_out, result.tokens_cached),
-        reward=reward(result.status_class),
-        finish_reason=result.finish_reason,
-        retriable=is_retriable(result.status_class, result.http_status),
-        final=final,
-        error=result.error,
-        retry_after_s=result.retry_after_s,
-        confidence=result.confidence,
-        first_token_ms=result.first_token_ms,
-        context=decision.context,
-    )
-
-
-def feedback(dispatch: Dispatch, outcome: Outcome, result: CallResult) -> AttemptFinished:
-    """The routing-log event the router folds (and answers from) after an attempt."""
-    return AttemptFinished(
-        id=derived_id("finished", outcome.request_id, outcome.attempt),
-        occurred_at=outcome.occurred_at,
-        outcome=outcome,
-        tried=[*dispatch.tried, outcome.deployment],
-        retry=None if outcome.final else dispatch.accepted,
-        completion=result.completion,
-    )

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from app.config import ProviderConfig
 from app.events import RESPONSE_TOO_LARGE, Dispatch, Outcome, Response, StatusClass
-from app.execution.call import CallResult, build_outcome, feedback, is_final
+from app.execution.outcome import CallResult, finish
 from app.routing.answers import answers, success_response
 
 __all__ = ["RESPONSE_TOO_LARGE", "Sealed", "seal"]
@@ -67,9 +67,7 @@ def seal(
 def _encode(
     dispatch: Dispatch, result: CallResult, provider: ProviderConfig, occurred_at: datetime
 ) -> Sealed:
-    final = is_final(dispatch, result)
-    outcome = build_outcome(dispatch, result, provider, occurred_at=occurred_at, final=final)
-    finished = feedback(dispatch, outcome, result)
+    outcome, finished = finish(dispatch, result, provider, occurred_at=occurred_at)
     if not answers(finished):
         return Sealed(outcome, finished.model_dump_json().encode())
     finished = finished.model_copy(update={"answered": True})

@@ -13,11 +13,14 @@ ties broken by a sequence number, so a run is a deterministic function of
   random numbers, coupled across deployments (a draw that makes one deployment
   slow or its answer rejected does the same, relative to its own distribution,
   on any other). Each deployment's own distribution is unchanged; regret
-  between policies loses most of its noise. Its ``AttemptFinished`` is folded back at
-  completion time, built as the executor builds it: outcome with status class,
-  latency, 800/250 tokens, cost from the provider's prices, reward 1.0 for an
-  accepted success, ``retriable`` by seed 004, ``final`` when not retriable or
-  out of attempts, and ``retry`` = the request when it is to be routed again.
+  between policies loses most of its noise. The call gets the executor's budget
+  and blame (:mod:`app.execution.outcome`: the provider timeout cut at the request
+  deadline; a call the deadline cut short, or one whose deadline had passed, is
+  ``expired``). Its ``AttemptFinished`` is folded back at completion time, built
+  by the executor's own :func:`app.execution.outcome.finish` from the router's
+  ``Dispatch`` (a stand-in one for the simulator-only baselines), the one
+  difference being the reward of a success: 1.0 when its user accepted it, 0.0
+  when not (the simulated verdict; the live router learns it from grades).
   Fallbacks are whatever the router answers to that feedback.
 """
 
@@ -28,18 +31,27 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from app.config import ProviderConfig
 from app.events import (
     AttemptFinished,
+    Decision,
+    Dispatch,
     LogPosition,
     Outcome,
     RequestAccepted,
     StatusClass,
     derived_id,
 )
+from app.execution.outcome import (
+    CallResult,
+    blame_deadline,
+    call_budget_s,
+    deadline_passed,
+    finish,
+)
 from app.ingest import accept
 from app.routing.fold import at
 from app.routing.policy import Policy
-from app.routing.reliability import ends_request, is_retriable
 from bench.sim import policies
 from bench.sim.routers import Choice, Router
 from bench.sim.scenarios import ROUTE, prompt_for
@@ -71,7 +83,9 @@ class _Start:
 class _Completion:
     request: _Request
     choice: Choice
-    call: Call
+    result: CallResult
+    #: Whether the user accepted the answer (a success's simulated verdict).
+    accepted: bool
     started: float
 
 
@@ -113,6 +127,7 @@ class _Run:
         self.interval = scenario.duration_s / requests
         self.world = World(scenario, requests / scenario.duration_s)
         self.router: Router = policies.build_router(policy, self.world, scenario)
+        self.policy = policy
         self.max_attempts = Policy(scenario.config, policies.params_of(policy)).max_attempts(ROUTE)
         self.rng = random.Random(f"switchyard-bench/{seed}/{scenario.id}")
         self.queue: list[tuple[float, int, int | _Start | _Completion]] = []
@@ -204,12 +219,14 @@ class _Run:
     def start(self, request: _Request, choice: Choice, t: float) -> None:
         """The executor's call: within the provider timeout and the request's deadline."""
         timeout_s = self.world.provider(choice.deployment).timeout_ms / 1000.0
-        budget_s = min(timeout_s, choice.deadline - ORIGIN - t)
-        if budget_s <= 0.0:
-            call = Call(StatusClass.TIMEOUT, None, 0.0)
+        left_s = choice.deadline - ORIGIN - t
+        if left_s <= 0.0:
+            call, result = Call(StatusClass.EXPIRED, None, 0.0), deadline_passed()
         else:
             rng = random.Random(f"{request.seed}/{choice.attempt}")
-            call = self.world.call(choice.deployment, t, rng, request.domain, budget_s * 1000.0)
+            budget_ms = call_budget_s(timeout_s, left_s) * 1000.0
+            call = self.world.call(choice.deployment, t, rng, request.domain, budget_ms)
+            result = blame_deadline(result_of(call), timeout_s=timeout_s, left_s=left_s)
         self.result.attempts += 1
         request.cost += call.cost_usd
         bin_index = min(SHARE_BINS - 1, int(t / self.scenario.duration_s * SHARE_BINS))
@@ -221,46 +238,19 @@ class _Run:
             and incident.start_s <= t < incident.end_s
         ):
             self.result.incident_attempts += 1
-        self.push(t + call.latency_ms / 1000.0, _Completion(request, choice, call, t))
+        completion = _Completion(request, choice, result, call.accepted, t)
+        self.push(t + result.latency_ms / 1000.0, completion)
 
     # -- completions --------------------------------------------------------------
 
     def complete(self, done: _Completion, t: float) -> None:
-        request, choice, call = done.request, done.choice, done.call
-        request_id = choice.request_id
-        provider, _, model = choice.deployment.partition(":")
-        retriable = is_retriable(call.status, call.http_status)
-        final = ends_request(choice.attempt, self.max_attempts, call.status, call.http_status)
-        success = call.status is StatusClass.SUCCESS
-        outcome = Outcome(
-            id=derived_id("outcome", request_id, choice.attempt),
-            occurred_at=at(ORIGIN + t),
-            request_id=request_id,
-            attempt=choice.attempt,
-            route=ROUTE,
-            deployment=choice.deployment,
-            provider=provider,
-            model=model,
-            decision_id=derived_id("decision", request_id, choice.attempt),
-            status_class=call.status,
-            http_status=call.http_status,
-            latency_ms=call.latency_ms,
-            tokens_in=call.tokens_in,
-            tokens_out=call.tokens_out,
-            cost_usd=call.cost_usd,
-            reward=1.0 if success and call.accepted else 0.0,
-            retriable=retriable,
-            final=final,
-            retry_after_s=call.retry_after_s,
-        )
+        request, choice = done.request, done.choice
+        dispatch = choice.dispatch or self.stand_in(request, choice)
+        provider = self.world.provider(choice.deployment)
+        outcome, finished = simulated_finish(dispatch, done.result, done.accepted, provider, t)
+        final = outcome.final
         request.tried.append(choice.deployment)
-        finished = AttemptFinished(
-            id=derived_id("finished", request_id, choice.attempt),
-            occurred_at=outcome.occurred_at,
-            outcome=outcome,
-            tried=list(request.tried),
-            retry=request.event if retriable and not final else None,
-        )
+        success = outcome.status_class is StatusClass.SUCCESS
         if choice.attempt == 1 and success:
             self.result.first_try_ok += 1
         incident = self.scenario.incident
@@ -274,16 +264,52 @@ class _Run:
             self.result.recovery_s = t - incident.end_s
         choices = self.fold(finished)
         if final:
-            self.finish(request, t, call)
+            self.finish(request, t, done)
         else:
             self.unless_routed(request, choices, t)
         self.decided(choices, t)
 
-    def finish(self, request: _Request, t: float, last: Call | None) -> None:
+    def stand_in(self, request: _Request, choice: Choice) -> Dispatch:
+        """The dispatch a simulator-only baseline would have sent (no trace of its choice)."""
+        request_id, attempt = choice.request_id, choice.attempt
+        provider, _, model = choice.deployment.partition(":")
+        occurred_at = at(ORIGIN + request.arrived)
+        decision = Decision(
+            id=derived_id("decision", request_id, attempt),
+            occurred_at=occurred_at,
+            request_id=request_id,
+            attempt=attempt,
+            route=ROUTE,
+            deployment=choice.deployment,
+            provider=provider,
+            model=model,
+            strategy=self.policy,
+            algorithm_version="baseline",
+            candidates=[],
+            excluded=[],
+            config_hash="",
+            state_version=-1,
+            propensity=1.0,
+            prompt_sha256="",
+            prompt_chars=0,
+        )
+        return Dispatch(
+            id=derived_id("dispatch", request_id, attempt),
+            occurred_at=occurred_at,
+            decision=decision,
+            accepted=request.event,
+            timeout_s=self.world.provider(choice.deployment).timeout_ms / 1000.0,
+            max_attempts=self.max_attempts,
+            not_before=choice.not_before,
+            deadline=choice.deadline,
+            tried=list(request.tried),
+        )
+
+    def finish(self, request: _Request, t: float, last: _Completion | None) -> None:
         if request.done:
             return
         request.done = True
-        success = last is not None and last.status is StatusClass.SUCCESS
+        success = last is not None and last.result.status_class is StatusClass.SUCCESS
         accepted = success and last is not None and last.accepted
         latency_s = t - request.arrived
         result = self.result
@@ -301,3 +327,24 @@ def simulate(
 ) -> RunResult:
     """Run ``requests`` requests of ``scenario`` through ``policy``."""
     return _Run(scenario, policy, requests, seed, record_log).run()
+
+
+def result_of(call: Call) -> CallResult:
+    """What the executor would have measured of a simulated call."""
+    return CallResult(
+        call.status,
+        call.http_status,
+        call.latency_ms,
+        tokens_in=call.tokens_in,
+        tokens_out=call.tokens_out,
+        retry_after_s=call.retry_after_s,
+    )
+
+
+def simulated_finish(
+    dispatch: Dispatch, result: CallResult, accepted: bool, provider: ProviderConfig, t: float
+) -> tuple[Outcome, AttemptFinished]:
+    """The executor's outcome and feedback of the call, a success's reward its user's verdict."""
+    return finish(
+        dispatch, result, provider, occurred_at=at(ORIGIN + t), judged=1.0 if accepted else 0.0
+    )

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from app.events import AttemptFinished, RequestAccepted
+from app.events import AttemptFinished, Dispatch, RequestAccepted
 from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.state import RouteState
@@ -45,6 +45,8 @@ class Choice:
     not_before: float = 0.0
     #: Epoch seconds: the request's deadline; the call's budget ends there.
     deadline: float = math.inf
+    #: The live router's dispatch (None from the simulator-only baselines).
+    dispatch: Dispatch | None = None
 
 
 class Router(Protocol):
@@ -99,6 +101,7 @@ class FoldRouter:
                 tuple(e.deployment for e in d.decision.excluded if for_health(e.reason)),
                 d.not_before,
                 d.deadline,
+                d,
             )
             for d in step.dispatches
         ]

@@ -41,7 +41,7 @@ from app.embedded.simulated import (
 )
 from app.embedded.simulated import Outcome as Drawn
 from app.events import StatusClass
-from app.execution.call import cost_usd
+from app.execution.outcome import cost_usd
 
 #: Epoch seconds of simulated t = 0 (2026-01-01T00:00:00Z): events carry ORIGIN + t.
 ORIGIN = 1_767_225_600.0

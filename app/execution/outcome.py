@@ -1,0 +1,201 @@
+"""Call result → outcome + feedback: the one pure builder.
+
+Every attempt ends here, whoever made the call: the executor (through
+:func:`app.execution.envelope.seal`), the synthetic log of the audit tests, the
+counterfactual replay (an outcome drawn from the record) and the quality
+simulator (a call of its simulated world). :func:`finish` turns the attempt's
+``Dispatch`` and its :class:`CallResult` into the ``Outcome`` event and the
+``AttemptFinished`` feedback the router folds.
+
+The request deadline's rule lives here too (issue 17 §2), for the executor and
+the simulator alike: a call made with less time left than the provider's
+timeout is cut at the deadline (:func:`call_budget_s`), a deadline that passed
+before the call is :func:`deadline_passed`, and a call cut short by it is
+``expired``, not the provider's ``timeout`` (:func:`blame_deadline`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from app.config import ProviderConfig
+from app.events import AttemptFinished, Dispatch, Outcome, StatusClass, derived_id
+from app.routing.reliability import ends_request, is_retriable
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """What one provider call came to. ``completion`` is set on success only."""
+
+    status_class: StatusClass
+    http_status: int | None
+    latency_ms: float
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    finish_reason: str | None = None
+    completion: dict[str, Any] | None = None
+    error: str | None = None
+    retry_after_s: float | None = None
+    confidence: float | None = None
+    #: Streaming calls: time to the first content token.
+    first_token_ms: float | None = None
+
+
+# --------------------------------------------------------------------------- the deadline
+
+
+def call_budget_s(timeout_s: float, left_s: float) -> float:
+    """How long the call may take: the provider's timeout, cut at the request deadline."""
+    return min(timeout_s, left_s)
+
+
+def deadline_passed() -> CallResult:
+    """The result of an attempt whose request deadline passed before its call."""
+    return CallResult(StatusClass.EXPIRED, None, 0.0, error="request deadline passed")
+
+
+def blame_deadline(result: CallResult, *, timeout_s: float, left_s: float) -> CallResult:
+    """``expired`` for a call the request deadline cut short, else the result unchanged.
+
+    The call had ``left_s`` before the deadline; when that was less than the
+    provider's ``timeout_s`` and the call timed out (no HTTP answer), the deadline
+    ended it, not the provider: nothing counts against the provider.
+    """
+    cut_short = left_s < timeout_s
+    if cut_short and result.status_class is StatusClass.TIMEOUT and result.http_status is None:
+        return replace(
+            result,
+            status_class=StatusClass.EXPIRED,
+            error="request deadline passed during the call",
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- the outcome
+
+
+def cost_usd(
+    provider: ProviderConfig, tokens_in: int, tokens_out: int, tokens_cached: int
+) -> float:
+    """Dollars for one call: uncached input, cached input and output, priced per 1M tokens."""
+    billable_in = max(0, tokens_in - tokens_cached)
+    return (
+        billable_in * provider.cost_per_mtok_input
+        + tokens_cached * provider.cached_input_price
+        + tokens_out * provider.cost_per_mtok_output
+    ) / 1_000_000
+
+
+def reward(status_class: StatusClass) -> float:
+    return 1.0 if status_class is StatusClass.SUCCESS else 0.0
+
+
+def is_final(dispatch: Dispatch, result: CallResult) -> bool:
+    """True unless the attempt failed in a retriable way, or a local-first answer was not
+    confident enough, and attempts remain."""
+    return ends_request(
+        dispatch.decision.attempt,
+        dispatch.max_attempts,
+        result.status_class,
+        result.http_status,
+        confidence=result.confidence,
+        min_confidence=dispatch.min_confidence,
+    )
+
+
+def build_outcome(
+    dispatch: Dispatch,
+    result: CallResult,
+    provider: ProviderConfig,
+    *,
+    occurred_at: datetime,
+    final: bool,
+    judged: float | None = None,
+) -> Outcome:
+    """The ``Outcome`` event of the dispatched attempt. Carries no prompt or completion text.
+
+    ``judged`` replaces the reward of a success when the answer's worth is known at
+    once (a recorded reward replayed, a simulated user's verdict); the live executor
+    never knows it: the reward is 1.0 for a success, 0.0 otherwise.
+    """
+    decision = dispatch.decision
+    if provider.id != decision.provider:
+        raise ValueError(f"provider {provider.id!r} is not the decision's {decision.provider!r}")
+    earned = reward(result.status_class)
+    if judged is not None and earned:
+        earned = judged
+    return Outcome(
+        id=derived_id("outcome", decision.request_id, decision.attempt),
+        occurred_at=occurred_at,
+        request_id=decision.request_id,
+        attempt=decision.attempt,
+        route=decision.route,
+        deployment=decision.deployment,
+        provider=decision.provider,
+        model=decision.model,
+        decision_id=decision.id,
+        status_class=result.status_class,
+        http_status=result.http_status,
+        latency_ms=result.latency_ms,
+        tokens_in=result.tokens_in,
+        tokens_out=result.tokens_out,
+        tokens_cached=result.tokens_cached,
+        cost_usd=cost_usd(provider, result.tokens_in, result.tokens_out, result.tokens_cached),
+        reward=earned,
+        finish_reason=result.finish_reason,
+        retriable=is_retriable(result.status_class, result.http_status),
+        final=final,
+        error=result.error,
+        retry_after_s=result.retry_after_s,
+        confidence=result.confidence,
+        first_token_ms=result.first_token_ms,
+        context=decision.context,
+    )
+
+
+def feedback(dispatch: Dispatch, outcome: Outcome, result: CallResult) -> AttemptFinished:
+    """The routing-log event the router folds (and answers from) after an attempt."""
+    return AttemptFinished(
+        id=derived_id("finished", outcome.request_id, outcome.attempt),
+        occurred_at=outcome.occurred_at,
+        outcome=outcome,
+        tried=[*dispatch.tried, outcome.deployment],
+        retry=None if outcome.final else dispatch.accepted,
+        completion=result.completion,
+    )
+
+
+def finish(
+    dispatch: Dispatch,
+    result: CallResult,
+    provider: ProviderConfig,
+    *,
+    occurred_at: datetime,
+    judged: float | None = None,
+) -> tuple[Outcome, AttemptFinished]:
+    """The attempt's ``Outcome`` and the ``AttemptFinished`` the router folds."""
+    final = is_final(dispatch, result)
+    outcome = build_outcome(
+        dispatch, result, provider, occurred_at=occurred_at, final=final, judged=judged
+    )
+    return outcome, feedback(dispatch, outcome, result)
+
+
+def recorded_result(outcome: Outcome) -> CallResult:
+    """The call result an ``Outcome`` records (its completion is not on the record)."""
+    return CallResult(
+        outcome.status_class,
+        outcome.http_status,
+        outcome.latency_ms,
+        tokens_in=outcome.tokens_in,
+        tokens_out=outcome.tokens_out,
+        tokens_cached=outcome.tokens_cached,
+        finish_reason=outcome.finish_reason,
+        error=outcome.error,
+        retry_after_s=outcome.retry_after_s,
+        confidence=outcome.confidence,
+        first_token_ms=outcome.first_token_ms,
+    )
