@@ -92,6 +92,8 @@ class Pipeline:
     unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
     #: The routing partition of each route with unwritten events.
     partition_of: dict[str, int] = field(default_factory=dict)
+    #: When rows of each partition were last written (monotonic seconds).
+    written_at: dict[int, float] = field(default_factory=dict)
     driver: Driver = field(
         default_factory=lambda: Driver(_policy, max_recall_bytes=settings.recall_memory_bytes)
     )
@@ -113,8 +115,9 @@ class Pipeline:
         """Fold, send, write what is acknowledged; return the events now safe to ack.
 
         ``more``: events are already waiting in the stream's buffer. The rows then wait
-        for the last of them (one changelog record for a batch of events), up to
-        ``router_batch_max`` events per route. Must run in ``event``'s stream context: a
+        for the last of them, and are written at most every ``router_flush_interval_s``
+        (one changelog record for a batch of events), and at least every
+        ``router_batch_max`` events of a route. Must run in ``event``'s stream context: a
         row write goes to its partition, so only rows of routes on that partition are
         written.
         """
@@ -133,12 +136,18 @@ class Pipeline:
         _export_breakers(step)
         metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
         metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
-        if more and len(unwritten) < settings.router_batch_max:
+        if len(unwritten) < settings.router_batch_max and (more or self._wrote_lately(partition)):
             return []
+        self.written_at[partition] = time.monotonic()
         safe: list[Any] = []
         for name in [r for r, p in self.partition_of.items() if p == partition]:
             safe += self.write_acknowledged(name)
         return safe
+
+    def _wrote_lately(self, partition: int) -> bool:
+        """Rows of this partition were written less than ``router_flush_interval_s`` ago."""
+        last = self.written_at.get(partition)
+        return last is not None and time.monotonic() - last < settings.router_flush_interval_s
 
     def write_acknowledged(self, route_name: str) -> list[Any]:
         queue = self.unwritten.get(route_name) or deque()

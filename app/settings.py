@@ -215,6 +215,9 @@ class Settings(BaseSettings):
     #: The router writes a route's row (one changelog record) once per batch of events
     #: read together, and at least every this many events of the route.
     router_batch_max: int = Field(default=256, ge=1)
+    #: ... and at most this often per partition: a route's row is a few kilobytes plus
+    #: ~110 bytes per attempt in flight (112 KB with 1,000), too much to write per event.
+    router_flush_interval_s: float = Field(default=0.1, ge=0.0)
     #: Spilled dispatches (``switchyard.spill``: the deciding worker had no room) one
     #: worker calls at once.
     spill_concurrency: int = Field(default=128, ge=1)

@@ -73,6 +73,9 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBroker, dict[str, RouteS
     table: dict[str, RouteState] = {}
     for name in ("decisions_topic", "dispatch_topic", "spill_topic", "responses_topic"):
         monkeypatch.setattr(router, name, broker.topic(name))
+    # Rows written at every chance (the flush interval is tested on its own).
+    flush_always = router.settings.model_copy(update={"router_flush_interval_s": 0.0})
+    monkeypatch.setattr(router, "settings", flush_always)
     # The calls the router starts in its own process: recorded, not made.
     monkeypatch.setattr(router.handoff, "launch", broker.launched.append)
     monkeypatch.setattr(router, "load_route_state", lambda r: table.get(r, RouteState()))
@@ -203,3 +206,22 @@ async def test_a_batch_of_events_read_together_is_written_as_one_row(
     assert await worker.fold(requests[2], "ev2", 2, more=False) == ["ev0", "ev1", "ev2"]
     assert writes == [2]
     assert len(table["chat"].open_attempts) == 3
+
+
+async def test_rows_of_a_partition_are_written_at_most_once_per_flush_interval(
+    wired: tuple[FakeBroker, dict[str, RouteState]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, table = wired
+    clock = [100.0]
+    monkeypatch.setattr(router.time, "monotonic", lambda: clock[0])
+    slow = router.settings.model_copy(update={"router_flush_interval_s": 0.1})
+    monkeypatch.setattr(router, "settings", slow)
+    broker.acknowledge = True
+    worker = router.Pipeline()
+    assert await worker.fold(accepted("f-0", T0, offset=0), "ev0", 0) == ["ev0"]
+    clock[0] += 0.05
+    assert await worker.fold(accepted("f-1", T0, offset=1), "ev1", 1) == []  # too soon
+    assert table["chat"].position == 0
+    clock[0] += 0.06
+    assert await worker.fold(accepted("f-2", T0, offset=2), "ev2", 2) == ["ev1", "ev2"]
+    assert table["chat"].position == 2
