@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.understanding.features import Features
+from app.contract.features import Features
 
 SCHEMA_VERSION = 1
 _ID_NAMESPACE = uuid.UUID("5d1c3b52-6f0e-4c1e-9a44-7a9b1f3f0c11")

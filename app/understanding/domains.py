@@ -30,9 +30,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from app.config import ProviderConfig, deployment_id
+from app.contract.features import DomainMatch as DomainMatch  # the model, in the contract
 from app.understanding.patterns import CODE_SYNTAX_TABLE, DOMAIN_TABLE
 from app.understanding.rules import RuleSet, parse_rules
 from app.understanding.text import normalised
@@ -73,22 +72,6 @@ COMPILED: dict[str, RuleSet] = {domain: RuleSet.build(PATTERNS[domain]) for doma
 #: A request's input parts count as matches too: an image to look at is a vision task,
 #: a recording to listen to a transcription task (one match each, rule ``input_<kind>``).
 INPUT_MODALITY_DOMAINS: dict[str, str] = {"image": "vision", "audio": "transcription"}
-
-
-class DomainMatch(BaseModel):
-    """The detected domain and why, for the decision trace. Holds no prompt text."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    domain: str
-    #: Matches per domain, every domain with at least one, in table order.
-    counts: dict[str, int]
-    #: ``most_matches``, or ``tie_table_order`` when several domains share the top count.
-    rule: Literal["most_matches", "tie_table_order"]
-    #: Domains sharing the top count, in table order (the winner first); empty without a tie.
-    tied: list[str]
-    #: The winning domain's rules that matched (``domain.rule``), sorted.
-    patterns: list[str]
 
 
 def domain_hits(text: str, input_modalities: Collection[str] = ()) -> dict[str, list[str]]:

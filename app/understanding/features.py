@@ -26,24 +26,22 @@ r"""Seed 000 §8: the contextual features of a request, computed once, purely.
 Domain and cues read the user messages (:func:`~app.understanding.text.request_text`,
 at most 16 384 characters of them: :func:`~app.understanding.text.analysed`); the
 length counts every message, as the context a model must take. French and English
-cues, matched without accents and case.
+cues, matched without accents and case. The :class:`Features` model itself is part
+of the event contract (:mod:`app.contract.features`, re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
-from app.understanding.domains import CODE_SYNTAX, DomainMatch, decide, hits_in
+from app.contract.features import Features as Features  # the model, in the contract
+from app.contract.features import LengthBucket, Modality
+from app.understanding.domains import CODE_SYNTAX, decide, hits_in
 from app.understanding.patterns import CODE_SYNTAX_TABLE, DOMAIN_TABLE
 from app.understanding.rules import RuleSet, parse_rules
 from app.understanding.text import MAX_ANALYSED_CHARS, normalised, prompt_text, request_text
-
-LengthBucket = Literal["short", "medium", "long", "very_long"]
-Modality = Literal["text", "image", "audio"]
 
 #: Upper bounds (exclusive, in characters) of the first three length buckets.
 LENGTH_BUCKETS: tuple[tuple[int, LengthBucket], ...] = (
@@ -104,26 +102,6 @@ CREATIVE = RuleSet.build(_CUES["creative"])
 REALTIME = RuleSet.build(_CUES["realtime"])
 AUDIO_OUTPUT = RuleSet.build(_CUES["audio"])
 CODE = RuleSet.build([("syntax", CODE_SYNTAX)])
-
-
-class Features(BaseModel):
-    """What routing may know about a prompt, without its text."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: :data:`RULES_VERSION` of the rules that computed these features.
-    rules_version: str
-    task_type: str
-    #: The detection behind ``task_type`` (counts per domain, rule), None for ``general``.
-    domain: DomainMatch | None
-    has_code: bool
-    is_creative: bool
-    is_realtime: bool
-    length_bucket: LengthBucket
-    prompt_chars: int
-    modality: Modality
-    input_modalities: list[str]
-    requested_modalities: list[str]
 
 
 def length_bucket(chars: int) -> LengthBucket:
