@@ -1,5 +1,6 @@
-"""Faust agents. Importing this package registers all of them on ``app.faust_app.app``."""
+"""Faust agents and views, on the application of ``agents.app``.
 
-from agents import executor, feedback, handoff, ingest, router
-
-__all__ = ["executor", "feedback", "handoff", "ingest", "router"]
+Importing a module here builds the application (``agents.app``) and registers
+what the module defines on it; the worker imports them all (``switchyard worker``,
+app/cli.py). Nothing under ``app/`` imports this package.
+"""

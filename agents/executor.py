@@ -18,6 +18,13 @@ from typing import Any
 
 import httpx
 
+from agents.app import (
+    app,
+    outcomes_topic,
+    responses_topic,
+    routing_topic,
+    settings,
+)
 from app import metrics
 from app.config import ModelSpec, ProviderConfig
 from app.events import (
@@ -30,13 +37,6 @@ from app.execution.envelope import Sealed, seal
 from app.execution.http import make_client
 from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
 from app.execution.stream import stream_provider
-from app.faust_app import (
-    app,
-    outcomes_topic,
-    responses_topic,
-    routing_topic,
-    settings,
-)
 from app.routing.fold import LOST_ATTEMPT_GRACE_S
 from app.runtime import policy_holder
 
@@ -47,7 +47,10 @@ _client: httpx.AsyncClient | None = None
 def shared_client() -> httpx.AsyncClient:
     global _client
     if _client is None:
-        _client = make_client()
+        _client = make_client(
+            max_connections=settings.http_max_connections,
+            keepalive_expiry_s=settings.http_keepalive_expiry_s,
+        )
     return _client
 
 

@@ -37,6 +37,7 @@ from faust import StreamT
 from faust.types import EventT
 from pydantic import ValidationError
 
+from agents.app import app, deadletter_topic, routing_topic, settings
 from agents.ingest import SIZE_ERRORS, log_time, position_of, where
 from app.events import (
     DeadLetter,
@@ -46,7 +47,6 @@ from app.events import (
     Outcome,
     derived_id,
 )
-from app.faust_app import app, deadletter_topic, routing_topic, settings
 from app.feedback import FEEDBACK, accept_feedback
 from app.feedback_match import MatchStep, Unmatched, on_feedback, on_outcome, on_sweep
 from app.ingest import dead_letter

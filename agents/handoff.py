@@ -30,9 +30,9 @@ from typing import Any, cast
 from faust import StreamT
 from pydantic import ValidationError
 
+from agents.app import app, dispatch_topic, settings, spill_topic
 from agents.executor import run_dispatch, too_late
 from app.events import Dispatch
-from app.faust_app import app, dispatch_topic, settings, spill_topic
 from app.routing.state import attempt_key
 from tables.routing import load_route_state
 

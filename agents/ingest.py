@@ -18,9 +18,9 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLarge
 from faust import StreamT
 from faust.types import EventT
 
+from agents.app import app, deadletter_topic, requests_topic, routing_topic, settings
 from app import metrics
 from app.events import DeadLetter, LogPosition, RequestAccepted
-from app.faust_app import app, deadletter_topic, requests_topic, routing_topic, settings
 from app.ingest import accept, dead_letter, encode_accepted
 from app.runtime import policy_holder
 

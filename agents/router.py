@@ -41,11 +41,7 @@ from faust.types import EventT
 from pydantic import TypeAdapter, ValidationError
 
 from agents import handoff
-from agents.ingest import log_time, position_of
-from agents.recall import LogReader
-from app import metrics
-from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
-from app.faust_app import (
+from agents.app import (
     app,
     deadletter_topic,
     decisions_topic,
@@ -55,6 +51,10 @@ from app.faust_app import (
     settings,
     spill_topic,
 )
+from agents.ingest import log_time, position_of
+from agents.recall import LogReader
+from app import metrics
+from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
 from app.routing.driver import Driver, Recalled

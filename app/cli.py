@@ -23,13 +23,13 @@ def _worker(_: argparse.Namespace) -> int:
 
     log_hygiene.install()  # before anything logs a record: values become their size
     _detect_fetch_holding()
-    import agents
-    from app import web
-    from app.faust_app import SwitchyardWorker, settings
-    from app.faust_app import app as faust_app
+    from agents import executor, feedback, handoff, ingest, router, web
+    from agents.app import SwitchyardWorker, settings
+    from agents.app import app as faust_app
     from app.runtime import policy_holder
 
-    registered = (agents, web)  # importing them registers the agents and the views
+    # Importing them builds the Faust app and registers the agents, tables and views.
+    registered = (executor, feedback, handoff, ingest, router, web)
     assert registered
     policy_holder().load()  # fail fast, with one clear line, on a bad providers file
     _make_data_dir(settings.data_dir)

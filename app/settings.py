@@ -19,6 +19,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 #: Defaults of ``max_json_depth`` and ``max_int_digits`` (app/ingest.py takes them too).
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_INT_DIGITS = 100
+#: Defaults of the provider-call HTTP pool (app/execution/http.py takes them too).
+DEFAULT_HTTP_MAX_CONNECTIONS = 512
+DEFAULT_HTTP_KEEPALIVE_EXPIRY_S = 30.0
 #: A record's key (a route name or a request id, at most a few hundred bytes) and its
 #: framing in a Kafka record batch (aiokafka estimates ~70 bytes): room to spare.
 RECORD_FRAMING_BYTES = 4096
@@ -212,6 +215,19 @@ class Settings(BaseSettings):
     #: of the deployments' ``max_concurrency`` (two at 500 in ``bench burst``): a decided
     #: attempt then starts its call one broker hop after its decision, not in a queue.
     executor_concurrency: int = Field(default=1024, ge=1)
+    #: The worker's one pooled HTTP client for provider calls (app/execution/http.py):
+    #: connections open at once, and how long an idle one is kept for reuse.
+    http_max_connections: int = Field(default=DEFAULT_HTTP_MAX_CONNECTIONS, ge=1)
+    http_keepalive_expiry_s: float = Field(default=DEFAULT_HTTP_KEEPALIVE_EXPIRY_S, ge=0.0)
+    #: RocksDB options of each table partition's database (tables/*). Faust's defaults are
+    #: sized for big tables: 64 MiB write buffers (up to 3) and a 2 GiB block cache each;
+    #: under ``switchyard bench throughput`` they took the worker's peak RSS to ~166 MB,
+    #: these to 104-113 MB. A table holds a small row per route or answer, so smaller
+    #: memtables only flush more often. Memtable size, how many may be held at once, and
+    #: the block cache (reads of rows not in the table's memory).
+    rocksdb_write_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    rocksdb_max_write_buffers: int = Field(default=2, ge=1)
+    rocksdb_block_cache_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
     #: The router writes a route's row (one changelog record) once per batch of events
     #: read together, and at least every this many events of the route.
     router_batch_max: int = Field(default=256, ge=1)

@@ -20,7 +20,7 @@ from typing import Any
 
 import faust
 
-from app.faust_app import app, settings, table_store_options
+from agents.app import app, settings, table_store_options
 from app.feedback_match import AnswerRow
 
 
@@ -33,14 +33,14 @@ answers = app.Table(
     default=None,
     partitions=settings.partitions,
     schema=_schema(),
-    options=table_store_options(),
+    options=table_store_options(settings),
 )
 expiry_index = app.Table(
     "feedback-expiry",
     default=None,
     partitions=settings.partitions,
     schema=_schema(),
-    options=table_store_options(),
+    options=table_store_options(settings),
 )
 
 

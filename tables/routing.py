@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import faust
 
-from app.faust_app import app, settings, table_store_options
+from agents.app import app, settings, table_store_options
 from app.routing.state import RouteState
 
 route_state = app.Table(
@@ -19,7 +19,7 @@ route_state = app.Table(
     default=None,
     partitions=settings.partitions,
     schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    options=table_store_options(),
+    options=table_store_options(settings),
 )
 
 

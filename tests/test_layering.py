@@ -21,3 +21,15 @@ def test_the_event_contract_imports_no_other_app_module() -> None:
     ours = {m for m in loaded if m == "app" or m.startswith("app.")}
     assert ours == {"app", "app.events", "app.contract", "app.contract.features"}
     assert not {m for m in loaded if m.split(".")[0] in {"faust", "httpx", "yaml"}}
+
+
+def test_no_app_module_builds_the_faust_app() -> None:
+    """Faust's application, its agents, tables and views are built when a worker starts
+    (agents/, tables/), never by importing ``app``."""
+    loaded = modules_after(
+        "import importlib, pkgutil, app\n"
+        "for m in pkgutil.walk_packages(app.__path__, 'app.'):\n"
+        "    importlib.import_module(m.name)"
+    )
+    assert "app.cli" in loaded and "app.routing.fold" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in {"agents", "tables"}}

@@ -37,11 +37,15 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+from app.settings import DEFAULT_HTTP_KEEPALIVE_EXPIRY_S, DEFAULT_HTTP_MAX_CONNECTIONS
+
 Transport = Literal["httpx", "aiohttp"]
 
 DEFAULT_TRANSPORT: Final[Transport] = "aiohttp"
-DEFAULT_MAX_CONNECTIONS: Final = 512
-DEFAULT_KEEPALIVE_EXPIRY_S: Final = 30.0
+#: The settings' pool defaults (a worker passes ``Settings.http_max_connections`` and
+#: ``http_keepalive_expiry_s``; benches and tests take these).
+DEFAULT_MAX_CONNECTIONS: Final = DEFAULT_HTTP_MAX_CONNECTIONS
+DEFAULT_KEEPALIVE_EXPIRY_S: Final = DEFAULT_HTTP_KEEPALIVE_EXPIRY_S
 #: Per-operation default; each provider call passes its own timeout.
 DEFAULT_TIMEOUT_S: Final = 30.0
 

@@ -12,7 +12,7 @@ from faust import web
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.faust_app import app, settings
+from agents.app import app, settings
 from app.kafka import bootstrap_servers
 from app.routing.state import RouteState
 from app.web_auth import admin_gate, admin_token

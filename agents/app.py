@@ -1,6 +1,9 @@
 """The Faust application, its topics and the worker class that runs it.
 
-Agents and tables register against ``app``.
+Agents (``agents/*``), tables (``tables/*``) and views (``agents/web.py``) register
+against ``app``. It is built when this module is first imported, which only the
+worker does (``switchyard worker``: app/cli.py imports the agents): nothing under
+``app/`` imports Faust's application.
 """
 
 from __future__ import annotations
@@ -58,25 +61,13 @@ class SwitchyardWorker(faust.Worker):
         self.spinner = None
 
 
-# The RocksDB options of our table stores (``app.Table(..., options=...)``), as constants
-# here until app/settings.py takes them. Faust's defaults are sized for big tables: 64 MiB
-# write buffers (up to 3) and a 2 GiB block cache for each partition's database. Under
-# ``switchyard bench throughput`` (100 req/s, then saturation) they took the worker's peak
-# RSS to ~166 MB; with these, 104-113 MB. Our one table holds a small row per route, so
-# smaller memtables only flush more often.
-#: Memtable size of one partition's database, and how many may be held at once.
-ROCKSDB_WRITE_BUFFER_BYTES = 4 * 1024 * 1024
-ROCKSDB_MAX_WRITE_BUFFERS = 2
-#: Block cache of one partition's database (reads of rows not in the table's memory).
-ROCKSDB_BLOCK_CACHE_BYTES = 8 * 1024 * 1024
-
-
-def table_store_options() -> dict[str, Any]:
-    """Options for ``app.Table``: a new dict each call (faust's store mutates the one it gets)."""
+def table_store_options(settings: Settings) -> dict[str, Any]:
+    """Options for ``app.Table`` (``Settings.rocksdb_*``): a new dict each call (faust's
+    store mutates the one it gets)."""
     return {
-        "write_buffer_size": ROCKSDB_WRITE_BUFFER_BYTES,
-        "max_write_buffer_number": ROCKSDB_MAX_WRITE_BUFFERS,
-        "block_cache_size": ROCKSDB_BLOCK_CACHE_BYTES,
+        "write_buffer_size": settings.rocksdb_write_buffer_bytes,
+        "max_write_buffer_number": settings.rocksdb_max_write_buffers,
+        "block_cache_size": settings.rocksdb_block_cache_bytes,
     }
 
 
