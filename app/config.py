@@ -125,6 +125,21 @@ class LocalFirst(BaseModel):
     threshold: float = Field(default=0.75, ge=0.0, le=1.0)
 
 
+class JudgeConfig(BaseModel):
+    """Issue 10 §6: grade a sampled share of a route's answers with a pinned deployment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The judge's ``provider:model``; its provider must be on a route (pins are routed).
+    deployment: str = Field(min_length=3)
+    #: Share of the route's successful answers graded (deterministic per request id).
+    sample_rate: float = Field(ge=0.0, le=1.0)
+    #: What a good answer is: the judge's instructions, before the question and answer.
+    rubric: str = Field(min_length=1, max_length=4000)
+    #: Whether the judge may grade its own answers.
+    allow_self: bool = False
+
+
 class RouteConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -135,6 +150,8 @@ class RouteConfig(BaseModel):
     local_first: LocalFirst | None = None
     #: Issue 10: mean cost per request (USD) the budget pacer holds the route to.
     cost_target_usd: float | None = Field(default=None, gt=0.0)
+    #: Issue 10 §6: the route's built-in judge (app/judge.py), off when absent.
+    judge: JudgeConfig | None = None
 
 
 class ProviderLists(BaseModel):
@@ -191,9 +208,19 @@ class RoutingConfig(BaseModel):
                 raise ValueError(f"routes.{name}.providers: unknown provider(s) {unknown}")
             if route.local_first is not None and route.local_first.provider not in ids:
                 raise ValueError(f"routes.{name}.local_first.provider: unknown provider")
+            if route.judge is not None:
+                self._check_judge(name, route.judge)
         if self.routes and self.default_route not in self.routes:
             raise ValueError(f"default_route {self.default_route!r} is not a route")
         return self
+
+    def _check_judge(self, route: str, judge: JudgeConfig) -> None:
+        where = f"routes.{route}.judge.deployment"
+        if judge.deployment not in self.deployment_ids():
+            raise ValueError(f"{where}: {judge.deployment!r} is no configured provider:model")
+        provider = judge.deployment.partition(":")[0]
+        if not any(provider in r.providers for r in self.routes.values()):
+            raise ValueError(f"{where}: provider {provider!r} is on no route (pins are routed)")
 
     @cached_property
     def provider_by_id(self) -> dict[str, ProviderConfig]:

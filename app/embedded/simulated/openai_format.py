@@ -36,7 +36,11 @@ def error_body(message: str, err_type: str, code: str | None = None) -> dict[str
 
 
 def completion_body(
-    model: str, prompt_tokens: int, completion_tokens: int, finish_reason: str
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    finish_reason: str,
+    content: str | None = None,
 ) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-sim-{uuid.uuid4().hex[:24]}",
@@ -46,7 +50,10 @@ def completion_body(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": CANNED_COMPLETION.format(model=model)},
+                "message": {
+                    "role": "assistant",
+                    "content": content or CANNED_COMPLETION.format(model=model),
+                },
                 "finish_reason": finish_reason,
             }
         ],

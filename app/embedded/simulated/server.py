@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.embedded.simulated.judging import judge_reply
 from app.embedded.simulated.models import (
     DEFAULT_COMPLETION_TOKENS,
     DEFAULT_RATE_LIMIT_SHARE,
@@ -276,7 +277,8 @@ class SimulatedProviders:
     ) -> web.Response:
         completion = min(self.completion_tokens, max_tokens)
         finish = "length" if max_tokens < self.completion_tokens else "stop"
-        body = completion_body(model, estimate_prompt_tokens(messages), completion, finish)
+        content = judge_reply(messages)  # a judge request gets a parsable score
+        body = completion_body(model, estimate_prompt_tokens(messages), completion, finish, content)
         headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
         return web.json_response(body, headers=headers)
 
