@@ -63,36 +63,40 @@ async def _close_client(sender: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def too_late(dispatch: Dispatch, now: float) -> bool:
-    """Past the deadline by half the router's grace: the router expires the attempt itself.
+    """Past the deadline by half the router's grace: no call, at once ``expired``.
 
-    The router answers an attempt still open at deadline + grace with a ``lost``
-    error and closes it; an outcome folded after that counts for nothing (no
-    pull), so an executor that reaches a dispatch this late (a backlog after a
-    crash or under overload) reports nothing rather than race the expiry. Half
-    the grace leaves the other half for the outcome to reach the routing log.
+    A dispatch read this late (a backlog after a crash or an outage, an overloaded
+    worker) is answered by the router anyway; reporting it ``expired`` at once closes
+    the attempt without waiting for the router's lost-attempt expiry, and counts for
+    nothing against the provider (if the router expired it first, the outcome is
+    ignored: its attempt is no longer open).
     """
     return now > dispatch.deadline + LOST_ATTEMPT_GRACE_S / 2
 
 
 async def run_dispatch(dispatch: Dispatch) -> None:
-    """Call, publish the outcome and the feedback; nothing once the attempt is past saving."""
+    """Call, publish the outcome and the feedback (and the answer when this is it)."""
+    provider = _provider_of(dispatch)
     if too_late(dispatch, time.time()):
-        log.info(
-            "attempt %s#%s past its deadline: left to the router's expiry",
-            dispatch.decision.request_id,
-            dispatch.decision.attempt,
-        )
-        return
-    decision = dispatch.decision
-    provider = policy_holder().current.config.provider_by_id.get(decision.provider)
-    if provider is None:
+        result = deadline_passed()
+    elif provider is None:
         # Decided under a config that had this provider; the one in force has not.
-        provider = _removed_provider(decision.provider)
         result = CallResult(
             StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
         )
     else:
         result = await _call_in_time(dispatch, provider)
+    stand_in = _removed_provider(dispatch.decision.provider)
+    sealed = _seal(dispatch, result, provider or stand_in)
+    await _publish(sealed)
+
+
+def _provider_of(dispatch: Dispatch) -> ProviderConfig | None:
+    """The decision's provider in the config in force (None: no longer configured)."""
+    return policy_holder().current.config.provider_by_id.get(dispatch.decision.provider)
+
+
+def _seal(dispatch: Dispatch, result: CallResult, provider: ProviderConfig) -> Sealed:
     sealed = seal(
         dispatch,
         result,
@@ -101,7 +105,7 @@ async def run_dispatch(dispatch: Dispatch) -> None:
         max_record_bytes=settings.max_record_bytes,
     )
     _observe(sealed.outcome)
-    await _publish(sealed)
+    return sealed
 
 
 async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:

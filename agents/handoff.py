@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
@@ -31,7 +30,7 @@ from faust import StreamT
 from pydantic import ValidationError
 
 from agents.app import app, dispatch_topic, settings, spill_topic
-from agents.executor import run_dispatch, too_late
+from agents.executor import run_dispatch
 from app.events import Dispatch
 from app.routing.state import attempt_key
 from tables.routing import load_route_state
@@ -79,7 +78,7 @@ def _still_open(dispatch: Dispatch) -> bool:
     decision = dispatch.decision
     state = load_route_state(decision.route)
     key = attempt_key(decision.request_id, decision.attempt)
-    return key in state.open_attempts and not too_late(dispatch, time.time())
+    return key in state.open_attempts  # past its deadline: reported expired, no call
 
 
 @app.agent(dispatch_topic)

@@ -96,7 +96,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
             timeout_s=300,
         )
         port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
-        outcome_ids = {o["id"] for o in records[topics.outcomes]}
+        # An ``expired`` outcome (the deadline passed: no call) is never a pull.
+        outcome_ids = {
+            o["id"] for o in records[topics.outcomes] if o.get("status_class") != "expired"
+        }
         pulls = 0
         for _ in range(60):
             pulls = await _total_pulls(port)

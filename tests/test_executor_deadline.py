@@ -1,9 +1,10 @@
-"""An executor that reaches a dispatch long past its deadline reports nothing (issue 4).
+"""An executor that reaches a dispatch long past its deadline makes no call and reports
+it ``expired`` at once (issues 4 and 17).
 
-The router answers and closes an attempt still open at deadline + grace; an
-outcome folded after that is not a pull, so ``pulls == distinct outcomes``
-would break. Found in ``bench crash`` under overload: 185 attempts expired,
-their outcomes came 20-70 s later, pulls 4,688 vs outcomes 4,873.
+The router would answer and close such an attempt at deadline + grace anyway
+(``lost``); reporting it closes it at once, and ``expired`` counts for nothing
+against the provider, nor as a pull (found in ``bench backlog``: after a worker
+outage, 463 attempts of the backlog waited out the grace as ``lost``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from factories import T0, accepted, policy
 
 import agents.executor as executor
+from app.events import StatusClass
 from app.routing.fold import LOST_ATTEMPT_GRACE_S, handle
 from app.routing.state import RouteState
 
@@ -31,12 +33,20 @@ def test_too_late_is_half_the_grace_past_the_deadline() -> None:
     assert executor.too_late(dispatch, dispatch.deadline + LOST_ATTEMPT_GRACE_S / 2 + 0.001)
 
 
-async def test_a_dispatch_past_saving_publishes_no_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_dispatch_past_saving_is_reported_expired_without_a_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     published: list[Any] = []
 
-    async def publish(*args: Any) -> None:
-        published.append(args)
+    async def publish(sealed: Any) -> None:
+        published.append(sealed)
+
+    async def no_call(*args: Any) -> Any:
+        raise AssertionError("no provider call past the deadline")
 
     monkeypatch.setattr(executor, "_publish", publish)
+    monkeypatch.setattr(executor, "_call_in_time", no_call)
+    monkeypatch.setattr(executor, "policy_holder", lambda: type("H", (), {"current": policy()}))
     await executor.run_dispatch(dispatch_at(T0))  # deadline: 2023
-    assert published == []
+    (sealed,) = published
+    assert sealed.outcome.status_class is StatusClass.EXPIRED and sealed.response is None
