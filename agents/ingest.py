@@ -83,6 +83,7 @@ async def _forward(raw: bytes, source: LogPosition, when: datetime) -> DeadLette
 
 
 async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | None:
+    accepted = accepted.model_copy(update={"ingested_at": datetime.now(UTC)})
     value = encode_accepted(
         accepted,
         raw,

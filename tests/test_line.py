@@ -158,3 +158,16 @@ def test_an_answer_too_large_for_a_record_reaches_the_requester_as_response_too_
     (response,) = fold([finished(done)], pol, run).responses
     assert response.error is not None
     assert (response.error.code, response.error.http_status) == ("response_too_large", 502)
+
+
+def test_a_backlog_forwarded_late_is_answered_at_once_when_its_deadline_passed() -> None:
+    """A worker was down: the request was published long ago, ingest forwards it now. The
+    route clock follows ingest, so no call is made for a request past its deadline."""
+    pol = policy(provider("a"), request_deadline_s=120.0)
+    old = accepted("old", T0, offset=0).model_copy(update={"ingested_at": at(T0 + 150)})
+    fresh = accepted("fresh", T0 + 60, offset=1).model_copy(update={"ingested_at": at(T0 + 150)})
+    run = fold([old, fresh], pol)
+    (response,) = run.responses
+    assert response.request_id == "old" and response.error is not None
+    assert response.error.code == "deadline_exceeded"
+    assert [d.decision.request_id for d in run.dispatches] == ["fresh"]

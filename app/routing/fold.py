@@ -79,7 +79,7 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     if position <= state.position:
         # Redelivered after a crash or rebalance: this row already includes it.
         return Step(state, applied=False)
-    clock = max(state.clock, epoch(event.occurred_at))
+    clock = max(state.clock, _event_time(event))
     state, expired = _expire_lost_attempts(
         state.model_copy(update={"clock": clock, "position": position})
     )
@@ -96,6 +96,15 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     if expired or overdue:
         return Step(step.state, step.dispatches, expired + overdue + step.responses, step.applied)
     return step
+
+
+def _event_time(event: RoutingLogEvent) -> float:
+    """The time an event brings to the route clock: a request forwarded late (a backlog)
+    brings the time ingest forwarded it."""
+    when = epoch(event.occurred_at)
+    if isinstance(event, RequestAccepted) and event.ingested_at is not None:
+        return max(when, epoch(event.ingested_at))
+    return when
 
 
 def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy: Policy) -> Step:
