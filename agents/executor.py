@@ -25,6 +25,7 @@ from agents.app import (
     routing_topic,
     settings,
 )
+from agents.judge import request_judgement
 from app import metrics
 from app.config import ModelSpec, ProviderConfig
 from app.events import (
@@ -89,6 +90,7 @@ async def run_dispatch(dispatch: Dispatch) -> None:
     stand_in = _removed_provider(dispatch.decision.provider)
     sealed = _seal(dispatch, result, provider or stand_in)
     await _publish(sealed)
+    await request_judgement(dispatch, sealed.response)  # the route's judge, when it samples
 
 
 def _provider_of(dispatch: Dispatch) -> ProviderConfig | None:

@@ -71,3 +71,10 @@ DECISIONS_BY_DOMAIN = Counter(
     ["domain", "candidate_filter"],
 )
 COST_USD = Counter("switchyard_cost_usd_total", "Provider cost in USD.", ["provider"])
+JUDGE = Counter(
+    "switchyard_judge_total",
+    "The built-in judge (issue 10 §6) by result: answers requested, not_sampled, self, "
+    "judge_request, too_large, ...; judge answers scored, unparseable, failed, late, not_judge; "
+    "error (a judge step that went wrong, the answer unaffected).",
+    ["result"],
+)

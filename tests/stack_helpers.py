@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -98,3 +100,54 @@ async def warm_up(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
     await publish(stack, [chat(request_id)])
     seen = await collect(stack, {stack.topics.responses: 1}, timeout_s=timeout_s)
     assert any(r["request_id"] == request_id for r in seen[stack.topics.responses])
+
+
+async def send(stack: EmbeddedStack, topic: str, records: list[tuple[bytes | None, Any]]) -> None:
+    publisher = await RequestPublisher(stack.broker.bootstrap, topic).start()
+    try:
+        for key, value in records:
+            await publisher.publish(value, key=key)
+        await publisher.flush()
+    finally:
+        await publisher.stop()
+
+
+async def watch(
+    stack: EmbeddedStack, grades: int, letters: int, timeout_s: float = 60.0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[bytes]]:
+    """GradeApplied records on the routing log and feedback dead letters, until counted."""
+    topics = [stack.topics.routing, stack.topics.deadletter]
+    follower = await TopicFollower(stack.broker.bootstrap, topics).start()
+    found: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    raw: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and (len(found) < grades or len(dead) < letters):
+            for record in await follower.poll():
+                value = record.value or b""
+                event = json.loads(value)
+                if event.get("type") == "grade.applied":
+                    found.append(event)
+                    raw.append(value)
+                elif record.topic == stack.topics.deadletter:
+                    dead.append(event)
+                    raw.append(value)
+        for record in await follower.poll(timeout_ms=1500):  # duplicates arriving late
+            event = json.loads(record.value or b"")
+            if event.get("type") == "grade.applied":
+                found.append(event)
+    finally:
+        await follower.stop()
+    return found, dead, raw
+
+
+async def switchyard(stack: EmbeddedStack, *args: str) -> tuple[int, str]:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app.cli", *args],
+        env=stack.worker_env(0),
+        capture_output=True,
+        timeout=120,
+    )
+    return done.returncode, done.stdout.decode()

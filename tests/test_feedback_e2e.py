@@ -5,19 +5,14 @@ rest, and a replay of the whole log with 0 mismatches."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from stack_helpers import SECRET_PROMPT, chat, collect
+from stack_helpers import SECRET_PROMPT, chat, collect, send, switchyard, watch
 
-from app.client import RequestPublisher, TopicFollower
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
 
@@ -35,57 +30,6 @@ async def fast_stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
         yield running
     finally:
         await running.stop()
-
-
-async def send(stack: EmbeddedStack, topic: str, records: list[tuple[bytes | None, Any]]) -> None:
-    publisher = await RequestPublisher(stack.broker.bootstrap, topic).start()
-    try:
-        for key, value in records:
-            await publisher.publish(value, key=key)
-        await publisher.flush()
-    finally:
-        await publisher.stop()
-
-
-async def watch(
-    stack: EmbeddedStack, grades: int, letters: int, timeout_s: float = 60.0
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[bytes]]:
-    """GradeApplied records on the routing log and feedback dead letters, until counted."""
-    topics = [stack.topics.routing, stack.topics.deadletter]
-    follower = await TopicFollower(stack.broker.bootstrap, topics).start()
-    found: list[dict[str, Any]] = []
-    dead: list[dict[str, Any]] = []
-    raw: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and (len(found) < grades or len(dead) < letters):
-            for record in await follower.poll():
-                value = record.value or b""
-                event = json.loads(value)
-                if event.get("type") == "grade.applied":
-                    found.append(event)
-                    raw.append(value)
-                elif record.topic == stack.topics.deadletter:
-                    dead.append(event)
-                    raw.append(value)
-        for record in await follower.poll(timeout_ms=1500):  # duplicates arriving late
-            event = json.loads(record.value or b"")
-            if event.get("type") == "grade.applied":
-                found.append(event)
-    finally:
-        await follower.stop()
-    return found, dead, raw
-
-
-async def switchyard(stack: EmbeddedStack, *args: str) -> tuple[int, str]:
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", *args],
-        env=stack.worker_env(0),
-        capture_output=True,
-        timeout=120,
-    )
-    return done.returncode, done.stdout.decode()
 
 
 def fb(request_id: str, **fields: Any) -> dict[str, Any]:
