@@ -129,6 +129,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "backlog": ("bench.backlog", "stop the worker under load, restart it: fates, breakers"),
     "realdata": ("bench.realdata", "graded prompts through the live router: quality, cost, pacer"),
     "feedback": ("bench.feedback_storm", "10,000 feedback (a third bad) with live traffic: lost"),
+    "scaleout": ("bench.scaleout", "workers join and leave under traffic; replay; 2 workers vs 1"),
 }
 
 
