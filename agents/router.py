@@ -109,7 +109,7 @@ class Pipeline:
         event: Any,
         offset: int,
         partition: int = 0,
-        size: int = 0,
+        raw: bytes | None = None,
         more: bool = False,
     ) -> list[Any]:
         """Fold, send, write what is acknowledged; return the events now safe to ack.
@@ -124,7 +124,7 @@ class Pipeline:
         route_name = route_of(parsed)
         started = time.perf_counter()
         self.driver.states[route_name] = self.state(route_name)
-        run = self.driver.steps(parsed, offset, size)
+        run = self.driver.steps(parsed, offset, raw)
         step = await self._drive(run, route_name, partition, offset)
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
         sends = await _publish(step, _answered(parsed))
@@ -226,10 +226,9 @@ async def route(stream: StreamT[bytes]) -> None:
             continue
         try:
             message = event.message
-            size = len(event.value or b"")
             more = not manual.channel.queue.empty()  # rows wait for the batch's last event
             safe = await _pipeline.fold(
-                parsed, event, message.offset, message.partition, size, more
+                parsed, event, message.offset, message.partition, event.value, more
             )
         except SendFailed:
             raise  # unacked events are redelivered after the restart

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+import pytest
 from factories import (
     T0,
     accepted,
@@ -171,3 +172,18 @@ def test_a_backlog_forwarded_late_is_answered_at_once_when_its_deadline_passed()
     assert response.request_id == "old" and response.error is not None
     assert response.error.code == "deadline_exceeded"
     assert [d.decision.request_id for d in run.dispatches] == ["fresh"]
+
+
+def test_the_live_memory_keeps_a_waiting_request_as_its_record_bytes() -> None:
+    """A parsed event weighs several times its JSON: the bound counts what is held."""
+    pol = policy(provider("a", max_concurrency=1))
+    driver = Driver(lambda: pol, max_recall_bytes=1_000_000)
+    first, second = burst(2)
+    driver.fold(first, 0)
+    raw = second.model_dump_json().encode()
+    run = driver.steps(second, 1, raw)
+    with pytest.raises(StopIteration):
+        next(run)
+    memory = driver.recall("chat")
+    assert memory.line == [(1, raw)] and memory.line_bytes == len(raw)
+    assert memory.head_after(0) == (1, second)

@@ -25,6 +25,8 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
+from pydantic import TypeAdapter
+
 from app.events import RequestAccepted, RoutingLogEvent, route_of
 from app.routing.fold import Step, Want, handle, take, wanted
 from app.routing.policy import Policy
@@ -49,7 +51,9 @@ class Recall:
     """
 
     max_bytes: int | None = None
-    line: list[Recalled] = field(default_factory=list)
+    #: Requests as they were read (their record's bytes when the caller gave them: a
+    #: parsed event weighs several times its JSON), parsed when recalled.
+    line: list[tuple[int, RoutingLogEvent | bytes]] = field(default_factory=list)
     line_from: int | None = None
     complete: bool = False
     carriers: dict[int, RoutingLogEvent] = field(default_factory=dict)
@@ -61,13 +65,15 @@ class Recall:
         self._clear_line()
         self.line_from, self.complete = after, True
 
-    def keep_line(self, position: int, event: RequestAccepted, size: int) -> None:
+    def keep_line(
+        self, position: int, event: RequestAccepted, size: int, raw: bytes | None = None
+    ) -> None:
         if self.line_from is None or not self.complete:
             return
         if self.max_bytes is not None and self.line_bytes + size > self.max_bytes:
             self.complete = False  # this one and those after it stay in the log only
             return
-        self.line.append((position, event))
+        self.line.append((position, event if raw is None else raw))
         self.sizes[position] = size
         self.line_bytes += size
 
@@ -75,7 +81,10 @@ class Recall:
         if self.line_from is None or after < self.line_from:
             return None
         index = bisect.bisect_right(self.line, after, key=lambda item: item[0])
-        return self.line[index] if index < len(self.line) else None
+        if index == len(self.line):
+            return None
+        position, kept = self.line[index]
+        return position, _parsed(kept)
 
     def refill(self, after: int, events: list[Recalled], up_to_date: bool) -> None:
         """The line's requests after ``after``, read back from the log in order; True
@@ -126,6 +135,13 @@ def find_in_log(log: Mapping[int, RoutingLogEvent], route: str, want: Want) -> R
     return (min(after), log[min(after)]) if after else None
 
 
+_routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
+
+
+def _parsed(kept: RoutingLogEvent | bytes) -> RoutingLogEvent:
+    return _routing_event.validate_json(kept) if isinstance(kept, bytes) else kept
+
+
 @dataclass
 class Driver:
     """Per route: the state and the recall memory, folded with one policy source."""
@@ -145,7 +161,7 @@ class Driver:
         return memory
 
     def steps(
-        self, event: RoutingLogEvent, position: int, size: int = 0
+        self, event: RoutingLogEvent, position: int, raw: bytes | None = None
     ) -> Generator[Want, Recalled, Step]:
         """Fold one event and take what is ready; yield each recall memory cannot answer."""
         route = route_of(event)
@@ -153,7 +169,7 @@ class Driver:
         before = self.state(route)
         step = handle(before, event, position, policy)
         memory = self.recall(route)
-        self._remember(memory, before, step.state, event, position, size)
+        self._remember(memory, before, step.state, event, position, raw)
         while (want := wanted(step.state)) is not None:
             found = memory.find(want)
             if found is None:
@@ -197,13 +213,14 @@ class Driver:
         after: RouteState,
         event: RoutingLogEvent,
         position: int,
-        size: int,
+        raw: bytes | None,
     ) -> None:
         if before.line.waiting == 0 and after.line.waiting:
             memory.start_line(after.line.after)
         if after.line.waiting > before.line.waiting and isinstance(event, RequestAccepted):
-            if memory.max_bytes is not None and not size:
-                size = len(event.model_dump_json())
-            memory.keep_line(position, event, size)
+            size = 0
+            if memory.max_bytes is not None:
+                size = len(raw) if raw is not None else len(event.model_dump_json())
+            memory.keep_line(position, event, size, raw)
         if any(p.carrier == position for p in after.parked.values()):
             memory.carriers[position] = event
