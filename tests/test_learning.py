@@ -178,7 +178,7 @@ def test_thompson_posterior_from_grades_threshold_or_fractional() -> None:
     assert estimates.thompson_params(state, "*", True) == pytest.approx((2.2, 1.8))
     assert algorithm_version(
         _policy(strategy=Strategy.THOMPSON, thompson_fractional=True)
-    ).endswith("fractional/2")
+    ).endswith("fractional/3")
 
 
 # --------------------------------------------------------------------------- strategies

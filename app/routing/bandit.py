@@ -64,14 +64,6 @@ def argmax_first(scores: Sequence[float]) -> int:
     return best
 
 
-def thompson_propensity(
-    params: Sequence[tuple[float, float]], chosen: int, rng: random.Random, draws: int
-) -> float:
-    """Monte Carlo estimate of P(arm ``chosen`` wins) under independent Beta posteriors."""
-    wins = sum(argmax_first(thompson_draws(params, rng)) == chosen for _ in range(draws))
-    return wins / draws
-
-
 def seeded_rng(*parts: object) -> random.Random:
     """A generator seeded from stable text (never from ``hash()``, which is salted)."""
     digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()

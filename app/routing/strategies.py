@@ -2,8 +2,9 @@
 
 Each returns every candidate's score with its per-factor contributions, the
 chosen index, and the propensity of that choice under the strategy (1.0 for a
-deterministic argmax/argmin). Thompson's draws come from generators seeded by
-the request id and attempt, so a replay draws the same numbers.
+deterministic argmax/argmin; Thompson's integrated, app/routing/propensity.py).
+Thompson's draws come from generators seeded by the request id and attempt, so a
+replay draws the same numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from app.events import Candidate
 from app.routing import adaptive, bandit, context, estimates
 from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import Arm, Policy
+from app.routing.propensity import thompson_propensity
 from app.routing.state import ArmState
 from app.settings import Strategy
 from app.understanding.modes import (
@@ -28,14 +30,13 @@ from app.understanding.modes import (
 
 ALGORITHM_VERSION = {
     Strategy.UCB1: "seed000-ucb1/2",
-    Strategy.THOMPSON: "seed000-thompson/2",
+    Strategy.THOMPSON: "seed000-thompson/3",
     Strategy.COMPOSITE: "seed003-composite/2",
     Strategy.ADAPTIVE: "switchyard-adaptive/2",
 }
 #: Thompson with the fractional Beta update from grades (THOMPSON_FRACTIONAL).
-THOMPSON_FRACTIONAL_VERSION = "seed000-thompson-fractional/2"
-#: Monte Carlo draws behind a Thompson decision's propensity (std. error <= 0.035).
-PROPENSITY_DRAWS = 200
+#: /3: the propensity is integrated (app/routing/propensity.py), not 200 draws.
+THOMPSON_FRACTIONAL_VERSION = "seed000-thompson-fractional/3"
 
 Eligible = Sequence[tuple[Arm, ArmState]]
 
@@ -200,12 +201,7 @@ def thompson(
     ]
     samples = bandit.thompson_draws(posteriors, bandit.seeded_rng("thompson", request_id, attempt))
     chosen = bandit.argmax_first(samples)
-    propensity = bandit.thompson_propensity(
-        posteriors,
-        chosen,
-        bandit.seeded_rng("propensity", request_id, attempt),
-        PROPENSITY_DRAWS,
-    )
+    propensity = thompson_propensity(posteriors, chosen)
     candidates = [
         Candidate(
             deployment=arm.deployment,
