@@ -307,6 +307,8 @@ async def bursts(
 
 
 async def scaleout(args: argparse.Namespace) -> dict[str, Any]:
+    # The fold as the workers load it now, not as a later edit of the tree would make it.
+    import app.audit.replay  # noqa: F401
     from bench.throughput.procfs import load_average
 
     phases = {p.strip() for p in args.phases.split(",") if p.strip()}
