@@ -1,10 +1,10 @@
 """The router's state: one row per route, co-partitioned with the routing log.
 
-A row is a :class:`app.routing.state.RouteState` as JSON. The router writes it
-once the sends of every event it includes are acknowledged (agents/router.py),
-so one changelog record carries the whole effect of one or more consecutive
-routing-log events, never part of one, and never an event whose records could
-still be lost.
+A row is a :class:`app.routing.state.RouteState` as JSON (:mod:`app.routing.rows`).
+The router writes it once the sends of every event it includes are acknowledged
+(agents/router.py), so one changelog record carries the whole effect of one or
+more consecutive routing-log events, never part of one, and never an event whose
+records could still be lost.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import faust
 
 from agents.app import app, settings, table_store_options
+from app.routing.rows import from_row, to_row
 from app.routing.state import RouteState
 
 route_state = app.Table(
@@ -25,11 +26,11 @@ route_state = app.Table(
 
 def load_route_state(route: str) -> RouteState:
     row = route_state.get(route)
-    return RouteState() if row is None else RouteState.model_validate(row)
+    return RouteState() if row is None else from_row(row)
 
 
 def save_route_state(route: str, state: RouteState) -> None:
-    route_state[route] = state.model_dump(mode="json")
+    route_state[route] = to_row(state)
 
 
 def all_route_states() -> dict[str, RouteState]:
@@ -37,5 +38,5 @@ def all_route_states() -> dict[str, RouteState]:
     states = {}
     for key, row in route_state.items():
         if row is not None:
-            states[str(key)] = RouteState.model_validate(row)
+            states[str(key)] = from_row(row)
     return states

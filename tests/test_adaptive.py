@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from factories import (
     T0,
@@ -118,7 +120,7 @@ def test_closing_a_breaker_again_forgets_the_outage() -> None:
     assert closed.breaker.state is BreakerPhase.CLOSED
     assert closed.recent.slow.failures == closed.recent.fast.failures == 0.0
     # Still half-open (not enough successes yet): the failures stay.
-    probing = ArmState(breaker=half_open.model_copy(update={"success_count": 0}), recent=failing)
+    probing = ArmState(breaker=replace(half_open, success_count=0), recent=failing)
     still = apply_outcome(probing, outcome("r", dep("gemini-flash"), T0 + 1), T0 + 1, pol)
     assert still.recent.slow.failures > 0
 

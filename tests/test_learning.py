@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -149,7 +150,7 @@ def test_quality_is_optimistic_without_grades_and_falls_back_to_coarser_buckets(
 def test_answers_waiting_for_a_grade_narrow_the_bound() -> None:
     p = params()
     graded = Evidence(graded=2, weight=2, score=1.6, square=1.28, answers=2)
-    waiting = graded.model_copy(update={"answers": 30})
+    waiting = replace(graded, answers=30)
     few = estimates.quality(ArmState(evidence={"*": graded}), ("*",), 0.8, 1.0, p)
     many = estimates.quality(ArmState(evidence={"*": waiting}), ("*",), 0.8, 1.0, p)
     assert many.bound < few.bound and many.mean == few.mean

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from factories import (
     T0,
@@ -110,7 +112,7 @@ def test_ewma_breaker_stays_open_thirty_seconds_then_probes() -> None:
 
 def test_half_open_admits_one_probe_at_a_time() -> None:
     pol = policy(CHEAP, DEAR)
-    half_open = _failures(BreakerMode.SEED000, 5).model_copy(update={"in_flight": 0})
+    half_open = replace(_failures(BreakerMode.SEED000, 5), in_flight=0)
     still_open = arm(pulls=5, breaker=open_breaker(T0 + 90))
     arms = {dep("deepseek-v3.2"): half_open, dep("claude"): still_open}
     state = route_state(arms, clock=T0 + 100)

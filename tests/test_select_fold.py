@@ -38,6 +38,7 @@ from app.routing.driver import Driver
 from app.routing.fold import LOST_ATTEMPT_GRACE_S, at, epoch, handle
 from app.routing.policy import Policy
 from app.routing.reliability import is_retriable
+from app.routing.rows import dumps, loads, to_row
 from app.routing.select import select
 from app.routing.state import BreakerPhase, Line, OpenAttempt, RouteState, attempt_key
 
@@ -49,7 +50,7 @@ def abc(**param_overrides: Any) -> Policy:
 
 
 def without_position(state: RouteState) -> dict[str, Any]:
-    dumped = state.model_dump()
+    dumped = to_row(state)
     dumped.pop("position")
     return dumped
 
@@ -134,7 +135,7 @@ def test_duplicate_request_while_attempt_open_changes_nothing() -> None:
     # Redelivered at the same log position: byte-identical state.
     same = handle(first.state, event, 0, pol)
     assert same.applied is False
-    assert same.state.model_dump() == first.state.model_dump()
+    assert to_row(same.state) == to_row(first.state)
 
 
 def test_duplicate_request_after_attempt_finished_is_ignored() -> None:
@@ -179,7 +180,7 @@ def test_attempt_finished_applies_once() -> None:
     # Same record at the same position: identical.
     twice = handle(once.state, done, 1, pol)
     assert twice.applied is False
-    assert twice.state.model_dump() == once.state.model_dump()
+    assert to_row(twice.state) == to_row(once.state)
     # A duplicate record further down the log: only the position moves.
     later = handle(once.state, done, 2, pol)
     assert later.applied is False
@@ -539,9 +540,9 @@ def test_random_fold_state_round_trips_through_json(strategy: str) -> None:
     assert sum(a.pulls for a in final.arms.values()) > 50
     assert any(a.breaker.state is not BreakerPhase.CLOSED for s in states for a in s.arms.values())
     for state in states:
-        restored = RouteState.model_validate_json(state.model_dump_json())
+        restored = loads(dumps(state))
         assert restored == state
-        assert restored.model_dump() == state.model_dump()
+        assert to_row(restored) == to_row(state)
         _check_invariants(state)
 
 
@@ -570,7 +571,7 @@ def test_fold_resumed_from_json_matches_straight_fold() -> None:
     pol = random_policy()
     events, states = simulate(pol, 240, seed=99)
     half = fold(events[:120], pol)
-    restored = RouteState.model_validate_json(half.state.model_dump_json())
+    restored = loads(dumps(half.state))
     # A new driver, as after a restart: what waits is read back from the log.
     log = dict(enumerate(events))
     rest = fold(events[120:], pol, restored, log=log)
@@ -590,10 +591,10 @@ def test_different_config_hash_for_different_params() -> None:
 def test_select_is_pure() -> None:
     pol = abc()
     state = route_state({A: arm(3, 0.5, breaker=open_breaker(T0)), B: arm(2, 0.1)}, T0 + 100)
-    before = state.model_dump()
+    before = to_row(state)
     first = select(state, "chat", "r", 1, [], pol)
     second = select(state, "chat", "r", 1, [], pol)
-    assert state.model_dump() == before
+    assert to_row(state) == before
     assert first == second
     assert first.chosen is not None
     assert first.chosen.deployment == C  # never pulled

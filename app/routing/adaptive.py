@@ -38,7 +38,7 @@ Everything is a pure function of the arm state, the route clock and the policy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.routing.estimates import Quality
 from app.routing.policy import Arm, Policy
@@ -128,21 +128,16 @@ def _restarted(slow: Sums, fast: Sums, params: RoutingParams) -> Sums:
         update.update(answers=fast.answers, reward=fast.reward, latency_s=fast.latency_s)
     if _changed(slow.failures, slow.calls, fast.failures, fast.calls, params):
         update.update(calls=fast.calls, failures=fast.failures)
-    return slow.model_copy(update=update) if update else slow
+    return replace(slow, **update) if update else slow
 
 
 def forget_failures(recent: Recent) -> Recent:
     """After an outage: the breaker closed again, the failures that opened it are spent."""
-    return recent.model_copy(
-        update={
-            "slow": _healed(recent.slow),
-            "fast": _healed(recent.fast),
-        }
-    )
+    return Recent(recent.at, _healed(recent.slow), _healed(recent.fast))
 
 
 def _healed(sums: Sums) -> Sums:
-    return sums.model_copy(update={"calls": sums.calls - sums.failures, "failures": 0.0})
+    return Sums(sums.calls - sums.failures, 0.0, sums.answers, sums.reward, sums.latency_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ burst waits for capacity, it is never refused for it).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
 from app.routing import parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
@@ -36,7 +38,7 @@ def take_request(
     if copy or first in state.open_attempts or first in state.parked:
         return Step(state, applied=False)
     marks = {**state.accepted_through, source: accepted.source.offset}
-    state = state.model_copy(update={"accepted_through": marks})
+    state = replace(state, accepted_through=marks)
     if state.clock >= deadline_of(accepted, policy):
         # Waited in the log past its deadline (a backlog, a worker that was down):
         # answered without a call, and nothing is held against any provider.
@@ -64,7 +66,7 @@ def _admit(
     tenant = accepted.request.tenant
     if limit is not None and tenant is not None:
         rate, allowed = admit(state.rate, tenant, state.clock, limit.requests, limit.window_s)
-        state = state.model_copy(update={"rate": prune(rate, state.clock, limit.window_s)})
+        state = replace(state, rate=prune(rate, state.clock, limit.window_s))
         if not allowed:
             wait = retry_after_s(rate, tenant, state.clock, limit.window_s)
             error = ErrorBody(
@@ -105,7 +107,7 @@ def route(
     arms = {**state.arms, **selection.arms}
     chosen = selection.chosen
     if chosen is None:
-        state = state.model_copy(update={"arms": arms})
+        state = replace(state, arms=arms)
         if parking.worth_waiting(selection.excluded):
             if on_line and parking.wait_in_line(selection.excluded):
                 return Blocked(selection.arms)
@@ -125,7 +127,7 @@ def route(
         return Step(state, responses=[error_response(request_id, attempt - 1, state.clock, error)])
 
     arm_state = arms.get(chosen.deployment) or ArmState()
-    arms[chosen.deployment] = arm_state.model_copy(update={"in_flight": arm_state.in_flight + 1})
+    arms[chosen.deployment] = replace(arm_state, in_flight=arm_state.in_flight + 1)
     deadline = deadline_of(accepted, policy)
     open_attempts = {
         **state.open_attempts,
@@ -136,13 +138,13 @@ def route(
     expiry = deadline + LOST_ATTEMPT_GRACE_S
     if state.open_attempts:
         expiry = min(expiry, state.expiry_check_at) if state.expiry_check_at else 0.0
-    update = {
-        "arms": arms,
-        "open_attempts": open_attempts,
-        "expiry_check_at": expiry,
-        "pacers": pacers(state, learning),
-    }
-    state = state.model_copy(update=update)
+    state = replace(
+        state,
+        arms=arms,
+        open_attempts=open_attempts,
+        expiry_check_at=expiry,
+        pacers=pacers(state, learning),
+    )
     decision = Decision(
         id=derived_id("decision", request_id, attempt),
         occurred_at=at(state.clock),
@@ -215,4 +217,4 @@ def _park(
         waits=waits,
     )
     key = attempt_key(request_id, attempt)
-    return state.model_copy(update={"parked": {**state.parked, key: entry}})
+    return replace(state, parked={**state.parked, key: entry})

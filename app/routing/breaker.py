@@ -29,7 +29,7 @@ class BreakerParams:
 def on_clock(breaker: Breaker, now: float, params: BreakerParams) -> Breaker:
     """OPEN -> HALF_OPEN once more than ``timeout_s`` has passed since the last failure."""
     if breaker.state is BreakerPhase.OPEN and now - breaker.last_failure_time > params.timeout_s:
-        return breaker.model_copy(update={"state": BreakerPhase.HALF_OPEN, "success_count": 0})
+        return Breaker(BreakerPhase.HALF_OPEN, breaker.failures, breaker.last_failure_time, 0)
     return breaker
 
 
@@ -38,10 +38,14 @@ def on_success(breaker: Breaker, params: BreakerParams) -> Breaker:
         successes = breaker.success_count + 1
         if successes >= params.half_open_max_calls:
             return Breaker()
-        return breaker.model_copy(update={"success_count": successes})
+        return Breaker(breaker.state, breaker.failures, breaker.last_failure_time, successes)
     if breaker.state is BreakerPhase.CLOSED:
         # Self-healing: each success in CLOSED takes one failure back.
-        return breaker.model_copy(update={"failures": max(0, breaker.failures - 1)})
+        if breaker.failures <= 0:
+            return breaker
+        return Breaker(
+            breaker.state, breaker.failures - 1, breaker.last_failure_time, breaker.success_count
+        )
     return breaker
 
 
@@ -54,7 +58,7 @@ def on_failure(breaker: Breaker, now: float, params: BreakerParams) -> Breaker:
     failures = breaker.failures + 1
     if breaker.state is BreakerPhase.HALF_OPEN or failures >= params.failure_threshold:
         return _opened(failures, now)
-    return breaker.model_copy(update={"failures": failures})
+    return Breaker(breaker.state, failures, breaker.last_failure_time, breaker.success_count)
 
 
 def on_ewma_failure(
@@ -65,7 +69,7 @@ def on_ewma_failure(
     tripped = ewma_failure > params.ewma_threshold and observations >= params.ewma_min_observations
     if breaker.state is BreakerPhase.HALF_OPEN or tripped:
         return _opened(failures, now)
-    return breaker.model_copy(update={"failures": failures})
+    return Breaker(breaker.state, failures, breaker.last_failure_time, breaker.success_count)
 
 
 def _opened(failures: int, now: float) -> Breaker:

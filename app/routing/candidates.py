@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, replace
+from typing import cast
 
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
-from app.understanding.domains import domain_candidates, is_generalist
+from app.understanding.domains import DomainCandidates, domain_candidates, is_generalist
 from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
 
 NO_TENANT_POLICY = TenantPolicy()
@@ -116,6 +117,16 @@ def _local_first(
     )
 
 
+def _domain_candidates(
+    policy: Policy, kept: list[ProviderConfig], domain: str | None
+) -> DomainCandidates:
+    key = ("domain_candidates", tuple(p.id for p in kept), domain)
+    found = policy.memo.get(key)
+    if found is None:
+        found = policy.memo[key] = domain_candidates(kept, domain)
+    return cast(DomainCandidates, found)
+
+
 def plan_candidates(
     accepted: RequestAccepted,
     policy: Policy,
@@ -155,7 +166,7 @@ def plan_candidates(
             )
     features = accepted.features
     domain = features.domain.domain if features is not None and features.domain else None
-    narrowed = domain_candidates(kept, domain)
+    narrowed = _domain_candidates(policy, kept, domain)
     if narrowed.rule == "specialists" and all(
         deployment_id(p.id, model) in tried for p, model in narrowed.chosen
     ):

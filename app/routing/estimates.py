@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from app.routing import context, evidence
 from app.routing.policy import WORKLOAD_INPUT_TOKENS, WORKLOAD_OUTPUT_TOKENS, Arm
-from app.routing.state import ArmState, Evidence
+from app.routing.state import NO_EVIDENCE, ArmState, Evidence
 from app.settings import RoutingParams
 
 #: Answers behind a grading rate of 1 before grades are seen (pending answers count).
@@ -53,7 +53,7 @@ class Quality:
 
 def graded_route(states: Iterable[ArmState]) -> bool:
     """Has any of these deployments been graded? (Otherwise: seed 000's success signal.)"""
-    return any(s.evidence.get(context.EVERYTHING, Evidence()).weight > 0 for s in states)
+    return any(s.evidence.get(context.EVERYTHING, NO_EVIDENCE).weight > 0 for s in states)
 
 
 def coverage(states: Iterable[ArmState]) -> float:
@@ -78,10 +78,10 @@ def quality(
 ) -> Quality:
     """Graded quality of one deployment in the request's buckets (``chain``, finest first)."""
     mean, level = prior, context.EVERYTHING
-    found = state.evidence.get(context.EVERYTHING, Evidence())
+    found = state.evidence.get(context.EVERYTHING, NO_EVIDENCE)
     weight = QUALITY_PRIOR_WEIGHT
     for key in reversed(chain):
-        bucket = state.evidence.get(key, Evidence())
+        bucket = state.evidence.get(key, NO_EVIDENCE)
         if key != context.EVERYTHING and bucket.weight < params.context_min_grades:
             break
         weight = QUALITY_PRIOR_WEIGHT if key == context.EVERYTHING else params.context_prior_weight
@@ -96,7 +96,7 @@ def quality(
 
 def thompson_params(state: ArmState, level: str, fractional: bool) -> tuple[float, float]:
     """Beta posterior from the grades of ``level``, plus seed 000's failed calls as misses."""
-    found = state.evidence.get(level, Evidence())
+    found = state.evidence.get(level, NO_EVIDENCE)
     failures = max(0.0, state.pulls - state.total_reward)
     hits = found.score if fractional else found.wins
     return 1.0 + hits, 1.0 + max(0.0, found.weight - hits) + failures

@@ -19,12 +19,13 @@ the bucket with the least evidence goes first (ties: the greatest key), never
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from app.events import GradeApplied, Outcome, StatusClass
 from app.routing import context
 from app.routing.bandit import THOMPSON_SUCCESS_THRESHOLD
 from app.routing.policy import Policy
-from app.routing.state import Evidence
+from app.routing.state import NO_EVIDENCE, Evidence
 
 Buckets = dict[str, Evidence]
 
@@ -55,15 +56,18 @@ def observe_outcome(buckets: Buckets, outcome: Outcome, policy: Policy) -> Bucke
     )
     updated = dict(buckets)
     for key in keys:
-        old = buckets.get(key) or Evidence()
-        updated[key] = old.model_copy(
-            update={
-                "answers": old.answers + 1,
-                "costed": old.costed + 1,
-                "cost_usd": old.cost_usd + outcome.cost_usd,
-                "tokens_in": old.tokens_in + outcome.tokens_in,
-                "tokens_out": old.tokens_out + outcome.tokens_out,
-            }
+        old = buckets.get(key) or NO_EVIDENCE
+        updated[key] = Evidence(
+            answers=old.answers + 1,
+            graded=old.graded,
+            weight=old.weight,
+            score=old.score,
+            square=old.square,
+            wins=old.wins,
+            costed=old.costed + 1,
+            cost_usd=old.cost_usd + outcome.cost_usd,
+            tokens_in=old.tokens_in + outcome.tokens_in,
+            tokens_out=old.tokens_out + outcome.tokens_out,
         )
     return bounded(updated, policy.params.context_max_keys)
 
@@ -72,7 +76,7 @@ def observe_grade(buckets: Buckets, grade: GradeApplied, policy: Policy) -> Buck
     """The buckets with ``grade`` counted and the grade it replaces taken back."""
     updated = dict(buckets)
     for key in _keys(grade.context, policy):
-        updated[key] = graded(buckets.get(key) or Evidence(), grade)
+        updated[key] = graded(buckets.get(key) or NO_EVIDENCE, grade)
     return bounded(updated, policy.params.context_max_keys)
 
 
@@ -83,23 +87,21 @@ def _win(score: float) -> float:
 def graded(evidence: Evidence, grade: GradeApplied) -> Evidence:
     """One bucket with ``grade`` in (and the grade it replaces out)."""
     weight, score = grade.weight, grade.score
-    update = {
-        "graded": evidence.graded,
-        "weight": evidence.weight + weight,
-        "score": evidence.score + weight * score,
-        "square": evidence.square + weight * score * score,
-        "wins": evidence.wins + weight * _win(score),
-    }
+    count = evidence.graded
+    total = evidence.weight + weight
+    scored = evidence.score + weight * score
+    square = evidence.square + weight * score * score
+    wins = evidence.wins + weight * _win(score)
     old_score, old_weight = grade.replaces_score, grade.replaces_weight
     if old_score is None:
-        update["graded"] = evidence.graded + 1
+        count += 1
     else:
         old_weight = old_weight if old_weight is not None else 1.0
-        update["weight"] = max(0.0, update["weight"] - old_weight)
-        update["score"] = max(0.0, update["score"] - old_weight * old_score)
-        update["square"] = max(0.0, update["square"] - old_weight * old_score * old_score)
-        update["wins"] = max(0.0, update["wins"] - old_weight * _win(old_score))
-    return evidence.model_copy(update=update)
+        total = max(0.0, total - old_weight)
+        scored = max(0.0, scored - old_weight * old_score)
+        square = max(0.0, square - old_weight * old_score * old_score)
+        wins = max(0.0, wins - old_weight * _win(old_score))
+    return replace(evidence, graded=count, weight=total, score=scored, square=square, wins=wins)
 
 
 def _protected(key: str) -> bool:

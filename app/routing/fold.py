@@ -33,7 +33,7 @@ answered ``deadline_exceeded`` at their deadline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.events import (
@@ -80,9 +80,7 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         # Redelivered after a crash or rebalance: this row already includes it.
         return Step(state, applied=False)
     clock = max(state.clock, _event_time(event))
-    state, expired = _expire_lost_attempts(
-        state.model_copy(update={"clock": clock, "position": position})
-    )
+    state, expired = _expire_lost_attempts(replace(state, clock=clock, position=position))
     state, overdue = _answer_overdue(state, policy)
     if isinstance(event, RouteTick):
         step = Step(state)
@@ -111,13 +109,13 @@ def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy:
     """A new request: behind the line if one waits, else taken (or the line starts with it)."""
     line = state.line
     if line.waiting:
-        joined = line.model_copy(update={"waiting": line.waiting + 1})
-        return Step(state.model_copy(update={"line": joined}))
+        joined = Line(line.waiting + 1, line.after, line.blocked_at)
+        return Step(replace(state, line=joined))
     taken = take_request(state, accepted, position, policy)
     if isinstance(taken, Step):
         return taken
     start = Line(waiting=1, after=position - 1, blocked_at=position)
-    return Step(taken.on(state).model_copy(update={"line": start}))
+    return Step(replace(taken.on(state), line=start))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +156,10 @@ def take(
     line = state.line
     taken = take_request(state, event, position, policy)
     if not isinstance(taken, Step):
-        blocked = line.model_copy(update={"blocked_at": state.position})
-        return Step(taken.on(state).model_copy(update={"line": blocked}))
+        blocked = Line(line.waiting, line.after, state.position)
+        return Step(replace(taken.on(state), line=blocked))
     moved = Line(waiting=line.waiting - 1, after=position, blocked_at=line.blocked_at)
-    return Step(taken.state.model_copy(update={"line": moved}), taken.dispatches, taken.responses)
+    return Step(replace(taken.state, line=moved), taken.dispatches, taken.responses)
 
 
 def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: Policy) -> Step:
@@ -173,7 +171,7 @@ def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: P
         or accepted.request.request_id != parked.request_id
     ):
         raise ValueError(f"the event at {parked.carrier} does not carry {key}")
-    state = state.model_copy(update={"parked": {k: v for k, v in state.parked.items() if k != key}})
+    state = replace(state, parked={k: v for k, v in state.parked.items() if k != key})
     step = route(
         state,
         accepted,
@@ -201,7 +199,7 @@ def _answer_overdue(state: RouteState, policy: Policy) -> tuple[RouteState, list
         )
         responses.append(error_response(parked.request_id, parked.attempt - 1, state.clock, error))
     kept = {k: v for k, v in state.parked.items() if k not in late}
-    return state.model_copy(update={"parked": kept}), responses
+    return replace(state, parked=kept), responses
 
 
 def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]]:
@@ -214,14 +212,14 @@ def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]
     }
     if not lost:
         next_check = min(a.deadline for a in state.open_attempts.values()) + LOST_ATTEMPT_GRACE_S
-        return state.model_copy(update={"expiry_check_at": next_check}), []
+        return replace(state, expiry_check_at=next_check), []
     arms = dict(state.arms)
     responses = []
     for key, attempt in sorted(lost.items()):
         # Never reported back: a worker died or an outcome was lost. Not the provider's
         # doing as far as anyone knows: only the slot is freed.
         arm = arms.get(attempt.deployment) or ArmState()
-        arms[attempt.deployment] = arm.model_copy(update={"in_flight": max(0, arm.in_flight - 1)})
+        arms[attempt.deployment] = replace(arm, in_flight=max(0, arm.in_flight - 1))
         request_id, _, number = key.rpartition("#")
         error = ErrorBody(
             type="lost",
@@ -231,8 +229,7 @@ def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]
         )
         responses.append(error_response(request_id, int(number), state.clock, error))
     still_open = {k: v for k, v in state.open_attempts.items() if k not in lost}
-    update = {"arms": arms, "open_attempts": still_open, "expiry_check_at": 0.0}
-    return state.model_copy(update=update), responses
+    return replace(state, arms=arms, open_attempts=still_open, expiry_check_at=0.0), responses
 
 
 def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Policy) -> Step:
@@ -242,8 +239,8 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
         return Step(state, applied=False)
     open_attempts = {k: v for k, v in state.open_attempts.items() if k != key}
     arm = apply_outcome(state.arm(outcome.deployment), outcome, state.clock, policy)
-    state = state.model_copy(
-        update={"arms": {**state.arms, outcome.deployment: arm}, "open_attempts": open_attempts}
+    state = replace(
+        state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
     last_try = outcome.attempt >= policy.max_attempts(outcome.route)
     if event.retry is None or outcome.final or last_try:

@@ -22,6 +22,8 @@ more than that many grades in between would count it twice).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.events import GradeApplied
 from app.routing.evidence import observe_grade
 from app.routing.policy import Policy
@@ -34,7 +36,7 @@ def apply_grade(state: RouteState, grade: GradeApplied, policy: Policy) -> Route
     if grade.id in state.recent_grades:
         return None
     arm = state.arm(grade.deployment)
-    graded = arm.model_copy(update={"evidence": observe_grade(arm.evidence, grade, policy)})
+    graded = replace(arm, evidence=observe_grade(arm.evidence, grade, policy))
     recent = [*state.recent_grades[-(RECENT_GRADES - 1) :], grade.id]
     arms = {**state.arms, grade.deployment: graded}
-    return state.model_copy(update={"arms": arms, "recent_grades": recent})
+    return replace(state, arms=arms, recent_grades=recent)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from app.config import ProviderConfig, RoutingConfig, deployment_id
 from app.routing.breaker import BreakerParams
@@ -64,6 +66,12 @@ class Policy:
         if configured is not None and configured.max_attempts is not None:
             return configured.max_attempts
         return self.params.max_attempts
+
+    @cached_property
+    def memo(self) -> dict[Hashable, Any]:
+        """Computations of the fold that depend on the policy alone (it never changes, so
+        they never go stale), by the caller's key."""
+        return {}
 
     @cached_property
     def config_hash(self) -> str:

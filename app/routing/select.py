@@ -8,7 +8,7 @@ propensity out. Nothing here reads a clock or an unseeded generator.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.events import Candidate, Exclusion
 from app.routing import breaker, strategies
@@ -73,7 +73,7 @@ def select(
         arm_state = state.arm(arm.deployment)
         moved = breaker.on_clock(arm_state.breaker, state.clock, policy.breaker)
         if moved is not arm_state.breaker:
-            arm_state = arm_state.model_copy(update={"breaker": moved})
+            arm_state = replace(arm_state, breaker=moved)
             updated[arm.deployment] = arm_state
         total_started += arm_state.started
         reason = _exclusion_reason(arm, arm_state, tried, state.clock, policy)

@@ -1,20 +1,23 @@
 """Routing state of one route, as stored in the route's table row.
 
-Plain frozen models: the pure functions take one and return a new one. Floats
-round-trip exactly through JSON, so a state rebuilt from the changelog or by a
-replay is bit-identical to the live one.
+Frozen slotted dataclasses (issue 11 §3: nothing is validated or copied field by
+field inside the fold): the pure functions take one and return a new one, never
+changing it (nor its dicts and lists: every update builds new ones). The row is
+JSON (:mod:`app.routing.rows`); floats round-trip exactly, so a state rebuilt
+from the changelog or by a replay is bit-identical to the live one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.understanding.guardrails import RateWindow
 
 #: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
 INITIAL_LATENCY_S = 5.0
+#: Seed 004 ``throughput`` mode: the output tokens/s EMA before any sample.
+INITIAL_TOKENS_PER_S = 50.0
 
 
 class BreakerPhase(StrEnum):
@@ -27,18 +30,16 @@ class BreakerPhase(StrEnum):
 BREAKER_GAUGE = {BreakerPhase.CLOSED: 0, BreakerPhase.HALF_OPEN: 1, BreakerPhase.OPEN: 2}
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Breaker(Model):
+@dataclass(frozen=True, slots=True)
+class Breaker:
     state: BreakerPhase = BreakerPhase.CLOSED
     failures: int = 0
     last_failure_time: float = 0.0
     success_count: int = 0
 
 
-class Sums(Model):
+@dataclass(frozen=True, slots=True)
+class Sums:
     """Discounted outcome sums of one memory (``adaptive``)."""
 
     #: Availability-relevant outcomes (seed 004: up or down) and the failures among them.
@@ -50,18 +51,20 @@ class Sums(Model):
     latency_s: float = 0.0
 
 
-class Recent(Model):
+@dataclass(frozen=True, slots=True)
+class Recent:
     """Two memories of the same outcomes (``adaptive``): each outcome weighs
     2^(-age / half-life), ``slow`` on ADAPTIVE_HALF_LIFE_S, ``fast`` on
     ADAPTIVE_FAST_HALF_LIFE_S. ``at``: route-clock time both were last brought up to date.
     """
 
     at: float = 0.0
-    slow: Sums = Field(default_factory=Sums)
-    fast: Sums = Field(default_factory=Sums)
+    slow: Sums = field(default_factory=Sums)
+    fast: Sums = field(default_factory=Sums)
 
 
-class Evidence(Model):
+@dataclass(frozen=True, slots=True)
+class Evidence:
     """What one deployment showed in one context bucket (issue 10): its answers, the
     quality grades of those answers and what its attempts cost.
 
@@ -86,7 +89,8 @@ class Evidence(Model):
     tokens_out: float = 0.0
 
 
-class Pacer(Model):
+@dataclass(frozen=True, slots=True)
+class Pacer:
     """A budget pacer's dual variable (app/routing/pacer.py): the weight of cost, in
     quality per target-cost, and the spend already folded into it."""
 
@@ -96,7 +100,8 @@ class Pacer(Model):
     requests: int = 0
 
 
-class ArmState(Model):
+@dataclass(frozen=True, slots=True)
+class ArmState:
     """Seed 000's bandit hash plus latency EMA, breaker and the in-flight count."""
 
     pulls: int = 0
@@ -109,18 +114,18 @@ class ArmState(Model):
     rate_limited: int = 0
     #: The provider asked (Retry-After) not to be called before this route-clock time.
     retry_after_until: float = 0.0
-    breaker: Breaker = Field(default_factory=Breaker)
+    breaker: Breaker = field(default_factory=Breaker)
     #: Seed 003 §4: EWMA of failures (0/1) and latency over availability-relevant outcomes.
     ewma_failure: float = 0.0
     ewma_latency_ms: float = 0.0
     observations: int = 0
     #: Seed 004 ``throughput`` mode: EMA of output tokens per second on successes.
-    tokens_per_s: float = 50.0
+    tokens_per_s: float = INITIAL_TOKENS_PER_S
     throughput_samples: int = 0
-    recent: Recent = Field(default_factory=Recent)
+    recent: Recent = field(default_factory=Recent)
     #: Quality grades, answers and cost per context bucket (app/routing/context.py), by
     #: key; ``*`` is every context. Bounded: CONTEXT_MAX_KEYS per deployment.
-    evidence: dict[str, Evidence] = Field(default_factory=dict)
+    evidence: dict[str, Evidence] = field(default_factory=dict)
 
     @property
     def mean_reward(self) -> float:
@@ -132,14 +137,16 @@ class ArmState(Model):
         return self.pulls + self.in_flight
 
 
-class OpenAttempt(Model):
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
     deployment: str
     decided_at: float
     #: The request's deadline (epoch seconds): no executor calls the provider after it.
     deadline: float
 
 
-class Parked(Model):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parked:
     """An attempt waiting for a deployment: every candidate was open or cooling down.
 
     It holds references, never the request (issue 17): the request is recalled from
@@ -153,13 +160,14 @@ class Parked(Model):
     carrier: int
     #: The request's deadline (epoch seconds): answered ``deadline_exceeded`` then.
     deadline: float
-    tried: list[str] = Field(default_factory=list)
+    tried: list[str] = field(default_factory=list)
     #: Route-clock time of the next look (backoff); how many looks found nothing yet.
     retry_at: float
     waits: int = 0
 
 
-class Line(Model):
+@dataclass(frozen=True, slots=True)
+class Line:
     """Requests of this route that wait in the routing log itself, in arrival order.
 
     They are the route's ``RequestAccepted`` events at positions after ``after``
@@ -180,35 +188,43 @@ class Line(Model):
 RECENT_GRADES = 512
 
 
-class RouteState(Model):
+@dataclass(frozen=True, slots=True)
+class RouteState:
     #: Route clock: the largest event time seen, in epoch seconds. Never goes back.
     clock: float = 0.0
     #: Routing-log offset of the last event applied (-1: none).
     position: int = -1
-    arms: dict[str, ArmState] = Field(default_factory=dict)
+    arms: dict[str, ArmState] = field(default_factory=dict)
     #: Attempts decided and not yet finished, by ``request_id#attempt``.
-    open_attempts: dict[str, OpenAttempt] = Field(default_factory=dict)
+    open_attempts: dict[str, OpenAttempt] = field(default_factory=dict)
     #: Per ``topic:partition`` of ``llm.requests``: the highest offset accepted onto this
     #: route. Ingest re-publishes after a crash in source order, so anything at or below
     #: it is a copy of a request already routed (and maybe already answered).
-    accepted_through: dict[str, int] = Field(default_factory=dict)
+    accepted_through: dict[str, int] = field(default_factory=dict)
     #: Route-clock time before which no open attempt can be lost (0: check). A cache
     #: that spares the fold a scan of the open attempts on every event.
     expiry_check_at: float = 0.0
     #: Per-tenant request windows (seed 000 §9 step 3), on the route clock.
-    rate: RateWindow = Field(default_factory=RateWindow)
+    rate: RateWindow = field(default_factory=RateWindow)
     #: Attempts waiting for a deployment, by ``request_id#attempt`` (app/routing/parking.py).
-    parked: dict[str, Parked] = Field(default_factory=dict)
+    parked: dict[str, Parked] = field(default_factory=dict)
     #: New requests waiting in the log for a deployment (app/routing/parking.py).
-    line: Line = Field(default_factory=Line)
+    line: Line = field(default_factory=Line)
     #: Budget pacers (app/routing/pacer.py) by scope: ``route``, ``tenant:NAME``.
-    pacers: dict[str, Pacer] = Field(default_factory=dict)
+    pacers: dict[str, Pacer] = field(default_factory=dict)
     #: Ids of the grades folded last (at most ``RECENT_GRADES``): a grade the matcher
     #: re-sent after a crash (same id) is counted once (app/routing/grading.py).
-    recent_grades: list[str] = Field(default_factory=list)
+    recent_grades: list[str] = field(default_factory=list)
 
     def arm(self, deployment: str) -> ArmState:
-        return self.arms.get(deployment) or ArmState()
+        arm = self.arms.get(deployment)
+        return NEW_ARM if arm is None else arm
+
+
+#: The state of a deployment never used on the route, and an empty evidence bucket
+#: (shared: states are never changed).
+NEW_ARM = ArmState()
+NO_EVIDENCE = Evidence()
 
 
 def attempt_key(request_id: str, attempt: int) -> str:

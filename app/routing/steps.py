@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.events import Dispatch, Response
 from app.routing.state import ArmState, RouteState
@@ -34,6 +34,4 @@ class Blocked:
     arms: dict[str, ArmState] = field(default_factory=dict)
 
     def on(self, state: RouteState) -> RouteState:
-        return (
-            state.model_copy(update={"arms": {**state.arms, **self.arms}}) if self.arms else state
-        )
+        return replace(state, arms={**state.arms, **self.arms}) if self.arms else state

@@ -51,6 +51,12 @@ class Ranking:
     level: str = context.EVERYTHING
 
 
+def _candidate(deployment: str, score: float | None, factors: dict[str, float]) -> Candidate:
+    # Not ``model_construct``: pydantic's Python-level construct is slower than its
+    # validation here (1.4 vs 1.0 µs per candidate, 5.5 vs 3.5 µs per decision).
+    return Candidate(deployment=deployment, score=score, factors=factors)
+
+
 def algorithm_version(policy: Policy) -> str:
     params = policy.params
     if params.strategy is Strategy.THOMPSON and params.thompson_fractional:
@@ -161,7 +167,7 @@ def ucb1(
         if state.started == 0:
             # Seed 000: an arm never pulled is chosen before the formula applies.
             first_untried = index if first_untried is None else first_untried
-            candidates.append(Candidate(deployment=arm.deployment, score=None, factors=bonuses))
+            candidates.append(_candidate(arm.deployment, None, bonuses))
             scores.append(0.0)
             continue
         mean = state.mean_reward
@@ -175,7 +181,7 @@ def ucb1(
             **bonuses,
         }
         score = factors["mean_reward"] + factors["exploration"] + sum(bonuses.values())
-        candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
+        candidates.append(_candidate(arm.deployment, score, factors))
         scores.append(score)
     if first_untried is not None:
         return Ranking(first_untried, candidates, rule="untried_first")
@@ -203,11 +209,7 @@ def thompson(
     chosen = bandit.argmax_first(samples)
     propensity = thompson_propensity(posteriors, chosen)
     candidates = [
-        Candidate(
-            deployment=arm.deployment,
-            score=sample,
-            factors={"alpha": alpha, "beta": beta, "sample": sample},
-        )
+        _candidate(arm.deployment, sample, {"alpha": alpha, "beta": beta, "sample": sample})
         for (arm, _), (alpha, beta), sample in zip(eligible, posteriors, samples, strict=True)
     ]
     return Ranking(chosen, candidates, propensity)
@@ -236,7 +238,7 @@ def composite(
         if qualities:
             factors["quality_penalty"] = 1.0 + 10.0 * (1.0 - qualities[index].mean)
         score = math.prod(factors.values())
-        candidates.append(Candidate(deployment=arm.deployment, score=score, factors=factors))
+        candidates.append(_candidate(arm.deployment, score, factors))
         negated.append(-score)
     return Ranking(bandit.argmax_first(negated), candidates)
 
@@ -284,7 +286,7 @@ def adaptive_ranking(
         if weights.throughput > 0:
             factors["throughput_bonus"] = throughput_bonus(state.tokens_per_s, weights.throughput)
             value += factors["throughput_bonus"]
-        candidates.append(Candidate(deployment=arm.deployment, score=value, factors=factors))
+        candidates.append(_candidate(arm.deployment, value, factors))
         values.append(value)
     untried = [i for i, (_, state) in enumerate(eligible) if state.started == 0]
     if qualities and untried:

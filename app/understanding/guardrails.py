@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.understanding.text import fold, prompt_text
 
@@ -96,21 +94,19 @@ def check_request(request: ChatRequest, rules: Sequence[KeywordRule]) -> Guardra
 # --------------------------------------------------------------------------- rate limit
 
 
-class TenantWindow(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+@dataclass(frozen=True, slots=True)
+class TenantWindow:
     #: Window index: the window is ``[index·w, (index+1)·w)`` in epoch seconds.
     index: int
     #: Requests admitted in it.
     count: int
 
 
-class RateWindow(BaseModel):
-    """Per-tenant fixed-window counters; a table row (JSON round-trips exactly)."""
+@dataclass(frozen=True, slots=True)
+class RateWindow:
+    """Per-tenant fixed-window counters; part of a route's row (app/routing/rows.py)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tenants: dict[str, TenantWindow] = Field(default_factory=dict)
+    tenants: dict[str, TenantWindow] = field(default_factory=dict)
 
 
 def _micros(seconds: float) -> int:

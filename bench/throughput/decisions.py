@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,9 +73,7 @@ def bench_state(policy: Policy, open_attempts: int) -> RouteState:
         attempts[f"open-{n:05d}#1"] = OpenAttempt(
             deployment=deployment, decided_at=T0 - 1.0, deadline=T0 + 119.0
         )
-        arms[deployment] = arms[deployment].model_copy(
-            update={"in_flight": arms[deployment].in_flight + 1}
-        )
+        arms[deployment] = replace(arms[deployment], in_flight=arms[deployment].in_flight + 1)
     return RouteState(
         clock=T0,
         position=10_000,
@@ -201,23 +200,23 @@ def _codec_path(args: argparse.Namespace) -> dict[str, Any]:
 
     from app.events import RoutingLogEvent
     from app.routing.fold import handle
-    from app.routing.state import RouteState
+    from app.routing.rows import dumps, loads
 
     adapter: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
     policy = bench_policy("ucb1")
     out: dict[str, Any] = {}
     for open_attempts in (0, args.concurrency):
         state = bench_state(policy, open_attempts)
-        row = json.dumps(state.model_dump(mode="json")).encode()
+        row = dumps(state)
         events = [e.model_dump_json().encode() for e in bench_requests(policy, 2000)]
 
         def event_path(
             n: int, row: bytes = row, events: list[bytes] = events, base: int = state.position
         ) -> object:
             parsed = adapter.validate_json(events[n % len(events)])
-            loaded = RouteState.model_validate(json.loads(row))
+            loaded = loads(row)
             step = handle(loaded, parsed, base + 1 + n, policy)
-            written = json.dumps(step.state.model_dump(mode="json"))
+            written = dumps(step.state)
             sent = [(d.decision.model_dump_json(), d.model_dump_json()) for d in step.dispatches]
             return written, sent
 
