@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from agents import replies
 from agents.app import (
     app,
     outcomes_topic,
@@ -90,6 +91,7 @@ async def run_dispatch(dispatch: Dispatch) -> None:
     stand_in = _removed_provider(dispatch.decision.provider)
     sealed = _seal(dispatch, result, provider or stand_in)
     await _publish(sealed)
+    replies.send_response(sealed.response, dispatch.accepted.request.reply_to)  # the gateway's
     await request_judgement(dispatch, sealed.response)  # the route's judge, when it samples
 
 

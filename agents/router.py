@@ -40,7 +40,7 @@ from faust import StreamT
 from faust.types import EventT
 from pydantic import TypeAdapter, ValidationError
 
-from agents import handoff
+from agents import handoff, replies
 from agents.app import (
     app,
     deadletter_topic,
@@ -127,6 +127,7 @@ class Pipeline:
         run = self.driver.steps(parsed, offset, raw)
         step = await self._drive(run, route_name, partition, offset)
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
+        replies.remember_event(parsed, step.dispatches)  # reply addresses, for errors
         sends = await _publish(step, _answered(parsed))
         self.latest[route_name] = step.state
         self.partition_of[route_name] = partition
@@ -276,6 +277,7 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
             key=response.request_id.encode(), value=response.model_dump_json()
         )
         pending.append(_future(sent))
+        replies.send_response(response, replies.address_of(response.request_id))
         metrics.RESPONSES.labels(status=response.status, source="router").inc()
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()

@@ -187,6 +187,20 @@ class Guardrails(BaseModel):
     forbidden_keywords: list[str] = Field(default_factory=list)
 
 
+class GatewayKey(BaseModel):
+    """A Bearer API key of the gateway (issue 12), stored as its SHA-256: never the key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    #: The tenant its requests are made for (its preset, rate limit and budget apply).
+    tenant: str | None = None
+    #: A label for logs and metrics (never the key or its hash).
+    name: str = Field(default="key", max_length=100)
+    #: The routes (``model`` aliases) it may use; None: all (403 otherwise).
+    routes: list[str] | None = None
+
+
 class RoutingConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -195,6 +209,8 @@ class RoutingConfig(BaseModel):
     default_route: str = "chat"
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
     guardrails: Guardrails = Field(default_factory=Guardrails)
+    #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
+    gateway_keys: list[GatewayKey] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check_references(self) -> RoutingConfig:
@@ -250,7 +266,9 @@ class RoutingConfig(BaseModel):
 
     def routing_view(self) -> dict[str, Any]:
         """Everything that can change a decision, without secrets. Hashed into decisions."""
-        return self.model_dump(mode="json", exclude={"providers": {"__all__": {"api_key"}}})
+        return self.model_dump(
+            mode="json", exclude={"providers": {"__all__": {"api_key"}}, "gateway_keys": True}
+        )
 
     @cached_property
     def config_hash(self) -> str:

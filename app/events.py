@@ -80,6 +80,16 @@ class ProviderPreferences(BaseModel):
     order: list[str] = Field(default_factory=list)
 
 
+class ReplyTo(BaseModel):
+    """Where a gateway waits for the answer (issue 12): a copy of the request's response
+    goes to this partition of the replies topic, besides ``llm.responses``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    topic: Annotated[str, Field(min_length=1, max_length=249)]
+    partition: Annotated[int, Field(ge=0)]
+
+
 class ChatRequest(BaseModel):
     """What a platform publishes on ``llm.requests``. Unknown fields are ignored."""
 
@@ -95,6 +105,12 @@ class ChatRequest(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     routing: RoutingOptions | None = None
     provider: ProviderPreferences | None = None
+    #: OpenAI's ``tools``, ``tool_choice`` and ``response_format``, passed to the provider as is.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    #: Set by the gateway: where it waits for the response (a copy is sent there).
+    reply_to: ReplyTo | None = None
 
     @field_validator("request_id")
     @classmethod

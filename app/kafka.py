@@ -33,6 +33,7 @@ def public_topics(settings: Settings) -> list[str]:
         t.deadletter,
         t.feedback,
         t.feedback_matching,
+        t.replies,
     ]
 
 

@@ -72,6 +72,9 @@ class Topics(BaseSettings):
     #: Internal: one record per worker start, to tell how the broker answers fetches
     #: (app/compat/detect.py).
     probe: str = "switchyard.probe"
+    #: Internal: copies of responses for the gateways (issue 12), sent to the partition the
+    #: request's ``reply_to`` names; each gateway reads only its own partition(s).
+    replies: str = "switchyard.replies"
 
 
 class RoutingParams(BaseSettings):
@@ -262,6 +265,17 @@ class Settings(BaseSettings):
     feedback_match_grace_s: float = Field(default=60.0, gt=0.0)
     #: Largest feedback record, in bytes (more: dead letter ``oversized``).
     feedback_max_bytes: int = Field(default=16 * 1024, ge=1024)
+    #: The OpenAI-compatible gateway (issue 12, app/gateway/): where it listens, the
+    #: partitions of the replies topic it owns (each gateway its own), how many requests
+    #: may wait for their answer at once (beyond: 429 at once), how long a client may take
+    #: to send its body (408), and how many records of a ``llm.responses`` partition a
+    #: lookup by request id reads back.
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = Field(default=8080, ge=0, le=65535)
+    gateway_reply_partitions: list[int] = Field(default=[0], min_length=1)
+    gateway_max_waiting: int = Field(default=1000, ge=1)
+    gateway_body_timeout_s: float = Field(default=30.0, gt=0.0)
+    gateway_lookup_window: int = Field(default=50_000, ge=1)
 
     topics: Topics = Field(default_factory=Topics)
     routing: RoutingParams = Field(default_factory=RoutingParams)

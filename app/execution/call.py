@@ -101,6 +101,10 @@ def request_body(model: str, request: ChatRequest, logprobs: bool = False) -> di
         body["max_tokens"] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    for name in ("tools", "tool_choice", "response_format"):  # passed through as is
+        value = getattr(request, name)
+        if value is not None:
+            body[name] = value
     return body
 
 
