@@ -88,8 +88,12 @@ def _up(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
+        from app.gateway.run import start_gateway
+
         async with EmbeddedStack(seed=args.seed) as stack:
+            gateway = await start_gateway(stack.gateway_settings(args.gateway_port))
             print(f"broker={stack.broker.bootstrap}", flush=True)
+            print(f"gateway={gateway.url}", flush=True)
             for provider_id, url in stack.providers.base_urls().items():
                 print(f"provider {provider_id} {url}", flush=True)
             print(f"providers file {stack.providers_file}", flush=True)
@@ -99,8 +103,18 @@ def _up(args: argparse.Namespace) -> int:
                     await asyncio.wait_for(stop.wait(), timeout=0.5)
             if not stop.is_set():
                 print("worker exited", file=sys.stderr)
+            await gateway.stop()
 
     asyncio.run(run())
+    return 0
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from app.gateway.run import hash_key_from_stdin, serve
+
+    if args.hash_key:
+        return hash_key_from_stdin()
+    asyncio.run(serve(get_settings()))
     return 0
 
 
@@ -173,7 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = commands.add_parser("up", help="run the embedded stack in the foreground")
     up.add_argument("--seed", type=int, default=0)
+    up.add_argument("--gateway-port", type=int, default=0, help="the gateway's port (0: any)")
     up.set_defaults(run=_up)
+
+    gateway = commands.add_parser(
+        "gateway", help="the OpenAI-compatible HTTP gateway (SWITCHYARD_GATEWAY_*)"
+    )
+    gateway.add_argument(
+        "--hash-key", action="store_true", help="print the SHA-256 of an API key read from stdin"
+    )
+    gateway.set_defaults(run=_gateway)
 
     schemas = commands.add_parser("schemas", help="write the event JSON Schemas to schemas/")
     schemas.add_argument("--check", action="store_true", help="only report stale files")

@@ -127,6 +127,11 @@ class EmbeddedStack:
     def settings(self) -> Settings:
         return Settings(broker=self.broker.url, partitions=self.partitions, topics=self.topics)
 
+    def gateway_settings(self, port: int = 0) -> Settings:
+        """Settings of a gateway (app/gateway/) in front of this stack, on ``port`` (0: any)."""
+        update = {"providers": self.providers_file, "gateway_port": port}
+        return self.settings().model_copy(update=update)
+
     async def start(self, workers: int = 1) -> EmbeddedStack:
         if self._own_broker:
             await asyncio.to_thread(self.broker.start)

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible gateway over the log (issue 12)."""

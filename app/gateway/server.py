@@ -1,0 +1,145 @@
+"""The gateway's HTTP surface (aiohttp): OpenAI's chat completions and models, health,
+readiness, and answers by request id. Bodies and keys are never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from app.events import Response
+from app.gateway import shape
+from app.gateway.errors import GatewayError, from_error_body, invalid
+from app.gateway.service import Gateway, event_request_id
+from app.gateway.translate import wants_stream
+from app.ingest import read_json
+
+log = logging.getLogger(__name__)
+GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+REQUEST_ID_HEADER = "x-switchyard-request-id"
+
+
+def build_app(gateway: Gateway) -> web.Application:
+    app = web.Application(client_max_size=gateway.settings.max_request_bytes, middlewares=[_errors])
+    app[GATEWAY] = gateway
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/switchyard/requests/{request_id}", request_by_id)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def error_response(error: GatewayError) -> web.Response:
+    return web.json_response(error.body(), status=error.status, headers=error.headers())
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)  # type: ignore[no-any-return]
+    except GatewayError as error:
+        return error_response(error)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[GATEWAY].settings.max_request_bytes
+        return error_response(GatewayError(413, f"body over {limit} bytes", "oversized"))
+    except web.HTTPException as exc:  # 404 / 405 from routing, in OpenAI's format
+        if exc.status < 400:
+            raise
+        return error_response(GatewayError(exc.status, exc.reason, None))
+    except Exception as exc:
+        log.exception("gateway error on %s %s", request.method, request.path)
+        return error_response(GatewayError(500, f"internal error ({type(exc).__name__})"))
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    key = gateway.keys.authenticate(request.headers.get("Authorization"))
+    gateway.check_room()
+    body = await _read_body(request, gateway)
+    prepared = gateway.prepare(body, key, request.headers.get(REQUEST_ID_HEADER))
+    stream, include_usage = wants_stream(body)
+    response = await gateway.submit(prepared)
+    if response.status != "ok":
+        error = from_error_body(response.error)
+        error.extra_headers.update(shape.headers_of(response))
+        raise error
+    if stream:
+        return await _stream(request, response, include_usage)
+    return web.json_response(shape.completion_of(response), headers=shape.headers_of(response))
+
+
+async def _read_body(request: web.Request, gateway: Gateway) -> Any:
+    limit = gateway.settings.max_request_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise GatewayError(413, f"body of {request.content_length} bytes > {limit}", "oversized")
+    try:
+        raw = await asyncio.wait_for(request.read(), gateway.settings.gateway_body_timeout_s)
+    except TimeoutError:
+        raise GatewayError(408, "the body did not arrive in time", "body_timeout") from None
+    settings = gateway.settings
+    data, problem = read_json(raw, settings.max_int_digits, settings.max_json_depth)
+    if problem is not None:
+        raise invalid(f"{problem[0]}: {problem[1]}", problem[0])
+    return data
+
+
+async def _stream(
+    request: web.Request, response: Response, include_usage: bool
+) -> web.StreamResponse:
+    reply = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            **shape.headers_of(response),
+        }
+    )
+    await reply.prepare(request)
+    for chunk in shape.stream_chunks(response, include_usage):
+        await reply.write(shape.sse(chunk))
+    await reply.write(shape.sse("[DONE]"))
+    await reply.write_eof()
+    return reply
+
+
+async def models(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    gateway.keys.authenticate(request.headers.get("Authorization"))
+    return web.json_response({"object": "list", "data": gateway.models()})
+
+
+async def request_by_id(request: web.Request) -> web.Response:
+    """A request's answer by id, from this gateway's memory or ``llm.responses``."""
+    gateway = request.app[GATEWAY]
+    key = gateway.keys.authenticate(request.headers.get("Authorization"))
+    request_id = event_request_id(key, request.match_info["request_id"])
+    found = await gateway.find(request_id)
+    if found is None:
+        message = f"no answer for {request_id!r} (not answered yet, or older than the window)"
+        raise GatewayError(404, message, "request_not_found")
+    body: dict[str, Any] = {
+        "id": found.request_id,
+        "object": "switchyard.request",
+        "status": found.status,
+        "attempts": found.attempts,
+        "deployment": found.deployment,
+    }
+    if found.status == "ok":
+        body["completion"] = shape.completion_of(found)
+    else:
+        error = from_error_body(found.error)
+        body["error"] = {**error.body()["error"], "status": error.status}
+    return web.json_response(body, headers=shape.headers_of(found))
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    if not gateway.ready:
+        return web.json_response({"status": "not ready"}, status=503)
+    return web.json_response({"status": "ready", "waiting": gateway.waiter.waiting})

@@ -1,0 +1,165 @@
+"""The gateway's state: config, keys, the producer to ``llm.requests``, the reply waiter.
+
+:meth:`Gateway.prepare` turns an HTTP body into a checked ``llm.requests`` record with
+ingest's own checks (``app.ingest.accept``), so a request ingest would dead-letter is
+answered 400/404/413 at once instead of being published; :meth:`Gateway.submit`
+publishes it, keyed by request id, and waits for the reply on the gateway's partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from app.config import GatewayKey, RoutingConfig
+from app.events import DeadLetter, LogPosition, ReplyTo, Response
+from app.gateway.errors import GatewayError, from_dead_letter, invalid
+from app.gateway.keys import KeyRing, check_route
+from app.gateway.lookup import ResponseLookup
+from app.gateway.translate import request_event
+from app.gateway.waiter import ReplyWaiter
+from app.ingest import accept
+from app.kafka import bootstrap_servers
+from app.settings import Settings
+
+#: Beyond the request deadline, how long the router may take to answer a lost attempt.
+ANSWER_GRACE_S = 15.0
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    request_id: str
+    route: str
+    value: bytes
+
+
+def event_request_id(key: GatewayKey, asked: str | None) -> str:
+    """The request id on the log: the client's (``x-switchyard-request-id``) or a fresh one,
+    under the key's tenant, so one tenant can neither collide with nor read another's."""
+    rid = asked if asked is not None else uuid.uuid4().hex
+    if not rid or len(rid) > 128 or not set(rid) <= _ID_CHARS:
+        raise invalid("x-switchyard-request-id: 1-128 of [A-Za-z0-9._:-]", "invalid_request_id")
+    if key.tenant is None or rid.startswith(f"{key.tenant}."):
+        return rid
+    return f"{key.tenant}.{rid}"
+
+
+class Gateway:
+    def __init__(self, settings: Settings, config: RoutingConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.keys = KeyRing.of(config)
+        bootstrap = bootstrap_servers(settings.broker)
+        self.reply_to = ReplyTo(
+            topic=settings.topics.replies, partition=settings.gateway_reply_partitions[0]
+        )
+        self.waiter = ReplyWaiter(
+            bootstrap, settings.topics.replies, settings.gateway_reply_partitions
+        )
+        self.lookup = ResponseLookup(
+            bootstrap, settings.topics.responses, settings.gateway_lookup_window
+        )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            linger_ms=1,
+            max_request_size=settings.producer_max_request_size,
+        )
+        self._started = False
+
+    async def start(self) -> Gateway:
+        await self._producer.start()
+        await self.waiter.start()
+        self._started = True
+        return self
+
+    async def stop(self) -> None:
+        self._started = False
+        await self.waiter.stop()
+        await self._producer.stop()
+
+    @property
+    def ready(self) -> bool:
+        return self._started and self.waiter.running
+
+    @property
+    def wait_s(self) -> float:
+        return self.settings.routing.request_deadline_s + ANSWER_GRACE_S
+
+    def prepare(self, body: Any, key: GatewayKey, asked_id: str | None) -> Prepared:
+        """The checked record for ``body``; GatewayError when ingest would refuse it."""
+        request_id = event_request_id(key, asked_id)
+        event = request_event(body, request_id, key.tenant, self.reply_to)
+        try:
+            value = json.dumps(event, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError:  # NaN/Infinity in the body
+            raise invalid("a number is not valid JSON (NaN or Infinity)", "bad_number") from None
+        result = accept(
+            value,
+            LogPosition(topic=self.settings.topics.requests, partition=0, offset=0),
+            datetime.now(UTC),
+            self.config,
+            max_request_bytes=self.settings.max_request_bytes,
+            deadletter_max_bytes=64,
+            max_json_depth=self.settings.max_json_depth,
+            max_int_digits=self.settings.max_int_digits,
+        )
+        if isinstance(result, DeadLetter):
+            raise from_dead_letter(result.reason, result.detail)
+        check_route(key, result.route)
+        return Prepared(request_id, result.route, value)
+
+    def check_room(self) -> None:
+        """429 at once when as many requests wait as one gateway lets wait."""
+        if self.waiter.waiting >= self.settings.gateway_max_waiting:
+            message = f"gateway busy: {self.waiter.waiting} requests waiting"
+            raise GatewayError(429, message, "gateway_busy", retry_after_s=1.0)
+
+    async def submit(self, prepared: Prepared) -> Response:
+        """Publish, then wait for the reply (or find the answer on ``llm.responses``)."""
+        self.check_room()
+        future = self.waiter.expect(prepared.request_id)
+        try:
+            await self._send(prepared)
+            return await asyncio.wait_for(asyncio.shield(future), timeout=self.wait_s)
+        except TimeoutError:
+            found = await self.lookup.find(prepared.request_id)
+            if found is None:
+                raise GatewayError(504, "no answer in time", "gateway_timeout") from None
+            return found
+        finally:
+            self.waiter.forget(prepared.request_id)
+
+    async def _send(self, prepared: Prepared) -> None:
+        try:
+            key = prepared.request_id.encode()
+            await self._producer.send_and_wait(
+                self.settings.topics.requests, value=prepared.value, key=key
+            )
+        except Exception as exc:
+            message = f"could not publish the request ({type(exc).__name__})"
+            raise GatewayError(503, message, "broker_unavailable", retry_after_s=1.0) from None
+
+    async def find(self, request_id: str) -> Response | None:
+        """An answer by request id: one this gateway saw, else from ``llm.responses``."""
+        seen = self.waiter.recent.get(request_id)
+        return seen if seen is not None else await self.lookup.find(request_id)
+
+    def models(self) -> list[dict[str, Any]]:
+        """``GET /v1/models``: routes, their suffixed aliases, and deployments."""
+        entries = []
+        for route in self.config.route_names():
+            entries.append(_model(route, "route"))
+            entries += [_model(f"{route}:{suffix}", "alias") for suffix in ("nitro", "floor")]
+        entries += [_model(d, "deployment") for d in self.config.deployment_ids()]
+        return entries
+
+
+def _model(name: str, kind: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": f"switchyard-{kind}"}

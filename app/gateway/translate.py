@@ -1,0 +1,84 @@
+"""An OpenAI chat-completions body as a ``ChatRequest`` of the event contract (pure).
+
+What the event contract knows is carried over: ``model`` (a route alias, a
+``provider:model`` pin, a ``:nitro``/``:floor`` suffix), ``messages``,
+``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``tools``,
+``tool_choice``, ``response_format``, ``session_id``, ``metadata``, ``provider``
+preferences and ``routing``. ``user`` becomes ``metadata.user``. The tenant is the
+API key's, never the body's; the request id is the gateway's; ``reply_to`` names the
+gateway's replies partition. Anything else in the body is ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.events import ReplyTo
+from app.gateway.errors import GatewayError, invalid
+
+#: Body fields copied into the request event as they are (the schema checks them).
+PASSED: tuple[str, ...] = (
+    "model",
+    "messages",
+    "temperature",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "session_id",
+    "provider",
+    "routing",
+)
+MAX_METADATA_ITEMS = 16
+MAX_METADATA_CHARS = 512
+
+
+def request_event(
+    body: Any, request_id: str, tenant: str | None, reply_to: ReplyTo
+) -> dict[str, Any]:
+    """The ``llm.requests`` record for an HTTP body. Raises GatewayError(400) on a bad shape."""
+    if not isinstance(body, dict):
+        raise invalid("the body must be a JSON object", "invalid_body")
+    if body.get("n") not in (None, 1):
+        raise invalid("only n=1 is supported", "unsupported_parameter")
+    event: dict[str, Any] = {k: body[k] for k in PASSED if body.get(k) is not None}
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None:
+        event["max_tokens"] = max_tokens
+    metadata = _metadata(body.get("metadata"), body.get("user"))
+    if metadata:
+        event["metadata"] = metadata
+    event["request_id"] = request_id
+    event["tenant"] = tenant
+    event["reply_to"] = reply_to.model_dump()
+    return event
+
+
+def _metadata(metadata: Any, user: Any) -> dict[str, str]:
+    if metadata is None:
+        found: dict[str, Any] = {}
+    elif isinstance(metadata, dict):
+        found = dict(metadata)
+    else:
+        raise invalid("metadata must be an object", "invalid_metadata")
+    if user is not None:
+        found["user"] = user
+    if len(found) > MAX_METADATA_ITEMS or not all(
+        isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= MAX_METADATA_CHARS
+        for k, v in found.items()
+    ):
+        raise GatewayError(
+            400,
+            f"metadata: at most {MAX_METADATA_ITEMS} string pairs of {MAX_METADATA_CHARS} chars",
+            "invalid_metadata",
+            should_retry=False,
+        )
+    return found
+
+
+def wants_stream(body: Any) -> tuple[bool, bool]:
+    """(``stream``, ``stream_options.include_usage``) of a body."""
+    if not isinstance(body, dict):
+        return False, False
+    options = body.get("stream_options")
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    return body.get("stream") is True, usage

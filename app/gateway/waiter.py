@@ -1,0 +1,109 @@
+"""The gateway's replies: its own partitions of the replies topic, and who waits on them.
+
+A consumer with no group assigns the gateway's partitions itself and starts at their
+end: a gateway never reads ``llm.responses`` nor another gateway's partition. Each
+reply resolves the future of the request waiting for it (a duplicate, or a reply for
+a request no longer waited on, is dropped); the last answers are kept, bounded, for
+``GET /v1/switchyard/requests/{id}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.events import Response
+
+log = logging.getLogger(__name__)
+#: Answers kept for lookups by id.
+RECENT_ANSWERS = 10_000
+
+
+class ReplyWaiter:
+    def __init__(self, bootstrap: str, topic: str, partitions: list[int]) -> None:
+        self.topic = topic
+        self.partitions = list(partitions)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        )
+        self._pending: dict[str, asyncio.Future[Response]] = {}
+        self.recent: OrderedDict[str, Response] = OrderedDict()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> ReplyWaiter:
+        await self._consumer.start()
+        assigned = [TopicPartition(self.topic, p) for p in self.partitions]
+        self._consumer.assign(assigned)
+        await self._consumer.seek_to_end(*assigned)
+        for tp in assigned:  # resolve the position now: later replies are all read
+            await self._consumer.position(tp)
+        self._task = asyncio.create_task(self._run(), name="gateway-replies")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._consumer.stop()
+        for future in self._pending.values():
+            future.cancel()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
+
+    def expect(self, request_id: str) -> asyncio.Future[Response]:
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        return future
+
+    def forget(self, request_id: str) -> None:
+        future = self._pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    def deliver(self, response: Response) -> None:
+        """A reply arrived (or was found by a lookup): resolve its waiter, keep it."""
+        self.recent[response.request_id] = response
+        self.recent.move_to_end(response.request_id)
+        while len(self.recent) > RECENT_ANSWERS:
+            self.recent.popitem(last=False)
+        future = self._pending.pop(response.request_id, None)
+        if future is not None and not future.done():
+            future.set_result(response)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=500)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker's trouble: keep trying
+                log.warning("reading replies failed: %s", type(exc).__name__)
+                await asyncio.sleep(0.5)
+                continue
+            for records in batches.values():
+                for record in records:
+                    self._read(record.value)
+
+    def _read(self, value: bytes | None) -> None:
+        try:
+            response = Response.model_validate_json(value or b"")
+        except ValidationError:
+            log.warning("unreadable reply on %s", self.topic)
+            return
+        self.deliver(response)
