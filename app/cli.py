@@ -88,12 +88,14 @@ def _up(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        from app.gateway.run import start_gateway
+        from app.gateway.run import LOCAL_KEY, add_local_key, start_gateway
 
         async with EmbeddedStack(seed=args.seed) as stack:
+            add_local_key(stack.providers_file, args.api_key or LOCAL_KEY)
             gateway = await start_gateway(stack.gateway_settings(args.gateway_port))
             print(f"broker={stack.broker.bootstrap}", flush=True)
-            print(f"gateway={gateway.url}", flush=True)
+            print(f"gateway={gateway.url}/v1", flush=True)
+            print(f"api_key={'(--api-key)' if args.api_key else LOCAL_KEY}", flush=True)
             for provider_id, url in stack.providers.base_urls().items():
                 print(f"provider {provider_id} {url}", flush=True)
             print(f"providers file {stack.providers_file}", flush=True)
@@ -188,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run the embedded stack in the foreground")
     up.add_argument("--seed", type=int, default=0)
     up.add_argument("--gateway-port", type=int, default=0, help="the gateway's port (0: any)")
+    up.add_argument("--api-key", default=None, help="the gateway's API key (default: printed)")
     up.set_defaults(run=_up)
 
     gateway = commands.add_parser(

@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import signal
 import sys
+from pathlib import Path
 
+import yaml
 from aiohttp import web
 
 from app.config import load_config
+from app.gateway.keys import hash_key
 from app.gateway.server import build_app
 from app.gateway.service import Gateway
 from app.kafka import ensure_topics
@@ -68,10 +71,19 @@ async def serve(settings: Settings) -> None:
             await running.stop()
 
 
+#: The API key of ``switchyard up``'s gateway unless ``--api-key`` names another (loopback only).
+LOCAL_KEY = "sk-switchyard-local"
+
+
+def add_local_key(providers_file: Path, key: str) -> None:
+    """Let ``key`` into the embedded stack's gateway (its hash, appended to the file)."""
+    entry = yaml.safe_dump({"gateway_keys": [{"sha256": hash_key(key), "name": "local"}]})
+    with providers_file.open("a", encoding="utf-8") as out:
+        out.write("\n" + entry)
+
+
 def hash_key_from_stdin() -> int:
     """``switchyard gateway --hash-key``: the SHA-256 to put in ``gateway_keys``."""
-    from app.gateway.keys import hash_key
-
     key = sys.stdin.readline().strip()
     if not key:
         print("switchyard: no key on stdin", file=sys.stderr)

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.config import ConfigError
 from app.events import Response
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,14 @@ class ReplyWaiter:
 
     async def start(self) -> ReplyWaiter:
         await self._consumer.start()
+        await self._consumer._client.force_metadata_update()
+        existing = self._consumer.partitions_for_topic(self.topic) or set()
+        missing = sorted(set(self.partitions) - existing)
+        if missing:
+            await self._consumer.stop()
+            raise ConfigError(
+                f"SWITCHYARD_GATEWAY_REPLY_PARTITIONS: {self.topic} has no partition {missing}"
+            )
         assigned = [TopicPartition(self.topic, p) for p in self.partitions]
         self._consumer.assign(assigned)
         await self._consumer.seek_to_end(*assigned)
