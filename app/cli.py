@@ -146,6 +146,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "realdata": ("bench.realdata", "graded prompts through the live router: quality, cost, pacer"),
     "feedback": ("bench.feedback_storm", "10,000 feedback (a third bad) with live traffic: lost"),
     "scaleout": ("bench.scaleout", "workers join and leave under traffic; replay; 2 workers vs 1"),
+    "gateway": ("bench.gateway", "the gateway's added latency and saturation vs the mock direct"),
 }
 
 
