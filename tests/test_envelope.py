@@ -178,9 +178,7 @@ def success(text: str, confidence: float | None = None) -> CallResult:
 
 
 def sealed(sent: Dispatch, result: CallResult) -> tuple[Any, AttemptFinished, int]:
-    done = seal(
-        sent, result, PROVIDER, occurred_at=NOW, max_record_bytes=SETTINGS.max_record_bytes
-    )
+    done = seal(sent, result, PROVIDER, occurred_at=NOW, max_record_bytes=SETTINGS.max_record_bytes)
     finished = AttemptFinished.model_validate_json(done.feedback)
     # The executor publishes the answer itself exactly when the feedback says so.
     assert finished.answered == (done.response is not None)
