@@ -29,7 +29,8 @@ from typing import Any, Literal, TypeVar
 
 from app.audit.grades import GradeCheck, check_grades
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
-from app.events import Decision, Response
+from app.events import AttemptFinished, Decision, Response
+from app.routing.answers import answers, success_response
 from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.state import RouteState
@@ -69,11 +70,12 @@ def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederive
         except Exception as exc:  # the router dead-letters these and keeps the row
             result.errors.append(f"partition {entry.partition} offset {entry.offset}: {exc!r}")
             continue
+        where = (entry.partition, entry.offset)
         if not step.applied:
             result.skipped += 1
+            _executor_copy(result, event, where)
             continue
         result.applied += 1
-        where = (entry.partition, entry.offset)
         for dispatch in step.dispatches:
             result.decisions.append(dispatch.decision)
             result.origin[id(dispatch.decision)] = where
@@ -81,6 +83,20 @@ def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederive
             result.responses.append(response)
             result.origin[id(response)] = where
     return result
+
+
+def _executor_copy(result: Rederived, event: RoutingEvent, where: tuple[int, int]) -> None:
+    """The answer an executor published for an attempt the fold did not apply.
+
+    An attempt executed twice (its worker died after the call, or a rebalance handed
+    the dispatch over) reports twice; the fold applies the first report only, but each
+    executor published its successful answer at once (same response id: a duplicate
+    delivery). The log holds both reports, so replay derives both copies exactly.
+    """
+    if isinstance(event, AttemptFinished) and event.answered and answers(event):
+        copy = success_response(event)
+        result.responses.append(copy)
+        result.origin[id(copy)] = where
 
 
 @dataclass(frozen=True)
