@@ -12,119 +12,37 @@ these models (``switchyard schemas``) and a test fails when they are stale.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field
 
+from app.contract.base import (
+    _ID_NAMESPACE,
+    SCHEMA_VERSION,
+    Envelope,
+    Frozen,
+    GradeSource,
+    LogPosition,
+    derived_id,
+)
 from app.contract.features import Features
-
-SCHEMA_VERSION = 1
-_ID_NAMESPACE = uuid.UUID("5d1c3b52-6f0e-4c1e-9a44-7a9b1f3f0c11")
-_ID_HASH = hashlib.sha1(_ID_NAMESPACE.bytes, usedforsecurity=False)
-
-
-def derived_id(*parts: object) -> str:
-    """A stable event id from what the event is about: ``uuid5(namespace, "a/b/c")``.
-
-    Computed from a pre-seeded SHA-1 (the same bytes ``uuid.uuid5`` hashes): ids
-    sit on the routing fold's hot path.
-    """
-    digest = _ID_HASH.copy()
-    digest.update("/".join(str(p) for p in parts).encode())
-    raw = bytearray(digest.digest()[:16])
-    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    text = raw.hex()
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-
-
-class Envelope(Frozen):
-    id: str
-    schema_version: int = SCHEMA_VERSION
-    occurred_at: datetime
-
-
-# --------------------------------------------------------------------------- input
-
-
-class ChatMessage(BaseModel):
-    """One OpenAI chat message. Extra keys (name, tool_calls ...) pass through."""
-
-    model_config = ConfigDict(frozen=True, extra="allow", hide_input_in_errors=True)
-
-    role: Literal["system", "user", "assistant", "tool", "developer", "function"]
-    content: str | list[dict[str, Any]] | None = None
-
-
-class RoutingOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
-
-
-class ProviderPreferences(BaseModel):
-    """Seed 004's per-request provider lists."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    only: list[str] | None = None
-    ignore: list[str] = Field(default_factory=list)
-    order: list[str] = Field(default_factory=list)
-
-
-class ReplyTo(BaseModel):
-    """Where a gateway waits for the answer (issue 12): a copy of the request's response
-    goes to this partition of the replies topic, besides ``llm.responses``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    topic: Annotated[str, Field(min_length=1, max_length=249)]
-    partition: Annotated[int, Field(ge=0)]
-
-
-class ChatRequest(BaseModel):
-    """What a platform publishes on ``llm.requests``. Unknown fields are ignored."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    request_id: Annotated[str, Field(min_length=1, max_length=200)]
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    model: str | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
-    session_id: str | None = None
-    tenant: str | None = None
-    metadata: dict[str, str] = Field(default_factory=dict)
-    routing: RoutingOptions | None = None
-    provider: ProviderPreferences | None = None
-    #: OpenAI's ``tools``, ``tool_choice`` and ``response_format``, passed to the provider as is.
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
-    #: Set by the gateway: where it waits for the response (a copy is sent there).
-    reply_to: ReplyTo | None = None
-
-    @field_validator("request_id")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if not value.isprintable():
-            raise ValueError("request_id must be printable")
-        return value
-
-
-class LogPosition(Frozen):
-    topic: str
-    partition: int
-    offset: int
-
+from app.contract.feedback import (
+    LABEL_SCORES,
+    MAX_GRADE_WEIGHT,
+    Feedback,
+    FeedbackAccepted,
+    FeedbackLabel,
+    FeedbackSweep,
+)
+from app.contract.request import (
+    ChatMessage,
+    ChatRequest,
+    ProviderPreferences,
+    ReplyTo,
+    RoutingOptions,
+)
 
 # --------------------------------------------------------------------------- routing log
 
@@ -231,9 +149,6 @@ class RouteTick(Envelope):
     route: str
 
 
-GradeSource = Literal["user", "judge", "task", "heuristic"]
-
-
 class GradeApplied(Envelope):
     """A quality grade matched to the answer it grades (issue 10), on the routing log
     keyed by route, so the route's single writer folds it in log order. No free text.
@@ -261,83 +176,6 @@ class GradeApplied(Envelope):
 RoutingLogEvent = Annotated[
     RequestAccepted | AttemptFinished | RouteTick | GradeApplied, Field(discriminator="type")
 ]
-
-
-# --------------------------------------------------------------------------- feedback
-
-FeedbackLabel = Literal["thumbs_up", "thumbs_down", "accepted", "rejected"]
-#: What a label means as a score in [0, 1].
-LABEL_SCORES: dict[str, float] = {
-    "thumbs_up": 1.0,
-    "thumbs_down": 0.0,
-    "accepted": 1.0,
-    "rejected": 0.0,
-}
-#: Bounds of a grade's weight (GradeApplied's too).
-MAX_GRADE_WEIGHT = 100.0
-_Id = Annotated[str, Field(min_length=1, max_length=200)]
-
-
-class Feedback(BaseModel):
-    """A quality grade of one answer, on ``llm.feedback`` (issue 10). Unknown fields are
-    ignored and never stored: no free text goes further than this model.
-
-    Exactly one of ``score`` (in [0, 1]) and ``label``. ``feedback_id`` defaults to
-    one derived from the request id, source and score or label, so a re-send is the
-    same feedback. ``occurred_at`` is informational: matching uses log time.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    request_id: _Id
-    score: Annotated[float, Field(ge=0.0, le=1.0, strict=True)] | None = None
-    label: FeedbackLabel | None = None
-    source: GradeSource
-    weight: Annotated[float, Field(gt=0.0, le=MAX_GRADE_WEIGHT, strict=True)] = 1.0
-    feedback_id: _Id | None = None
-    occurred_at: datetime | None = None
-
-    @field_validator("request_id", "feedback_id")
-    @classmethod
-    def _printable(cls, value: str | None) -> str | None:
-        if value is not None and not value.isprintable():
-            raise ValueError("ids must be printable")
-        return value
-
-    @model_validator(mode="after")
-    def _one_grade(self) -> Feedback:
-        if (self.score is None) == (self.label is None):
-            raise ValueError("exactly one of score and label")
-        return self
-
-    @property
-    def grade(self) -> float:
-        """The score, or the label's score."""
-        return self.score if self.score is not None else LABEL_SCORES[str(self.label)]
-
-    def with_id(self) -> Feedback:
-        """This feedback with its ``feedback_id`` filled in (derived when absent)."""
-        if self.feedback_id is not None:
-            return self
-        what = self.label if self.label is not None else repr(self.score)
-        derived = derived_id("feedback", self.request_id, self.source, what)
-        return self.model_copy(update={"feedback_id": derived})
-
-
-class FeedbackAccepted(Envelope):
-    """Internal: a valid feedback, re-keyed by request id onto the matching topic."""
-
-    type: Literal["feedback.accepted"] = "feedback.accepted"
-    feedback: Feedback
-    #: Where it was on ``llm.feedback``.
-    source: LogPosition
-
-
-class FeedbackSweep(Envelope):
-    """Internal: time passing on one partition of the matching topic (prunes the table)."""
-
-    type: Literal["feedback.sweep"] = "feedback.sweep"
-    partition: int
 
 
 # --------------------------------------------------------------------------- decisions
@@ -485,3 +323,42 @@ INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
     "feedback_accepted": FeedbackAccepted,
     "feedback_sweep": FeedbackSweep,
 }
+
+__all__ = [
+    "INTERNAL_EVENTS",
+    "LABEL_SCORES",
+    "MAX_GRADE_WEIGHT",
+    "PUBLIC_EVENTS",
+    "RESPONSE_TOO_LARGE",
+    "SCHEMA_VERSION",
+    "_ID_NAMESPACE",
+    "AttemptFinished",
+    "Candidate",
+    "ChatMessage",
+    "ChatRequest",
+    "DeadLetter",
+    "Decision",
+    "Dispatch",
+    "Envelope",
+    "ErrorBody",
+    "Exclusion",
+    "Feedback",
+    "FeedbackAccepted",
+    "FeedbackLabel",
+    "FeedbackSweep",
+    "Frozen",
+    "GradeApplied",
+    "GradeSource",
+    "LogPosition",
+    "Outcome",
+    "ProviderPreferences",
+    "ReplyTo",
+    "RequestAccepted",
+    "Response",
+    "RouteTick",
+    "RoutingLogEvent",
+    "RoutingOptions",
+    "StatusClass",
+    "derived_id",
+    "route_of",
+]

@@ -1,0 +1,72 @@
+"""A chat request as platforms publish it to ``llm.requests`` (OpenAI chat format)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI chat message. Extra keys (name, tool_calls ...) pass through."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", hide_input_in_errors=True)
+
+    role: Literal["system", "user", "assistant", "tool", "developer", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class RoutingOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
+
+
+class ProviderPreferences(BaseModel):
+    """Seed 004's per-request provider lists."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    only: list[str] | None = None
+    ignore: list[str] = Field(default_factory=list)
+    order: list[str] = Field(default_factory=list)
+
+
+class ReplyTo(BaseModel):
+    """Where a gateway waits for the answer (issue 12): a copy of the request's response
+    goes to this partition of the replies topic, besides ``llm.responses``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    topic: Annotated[str, Field(min_length=1, max_length=249)]
+    partition: Annotated[int, Field(ge=0)]
+
+
+class ChatRequest(BaseModel):
+    """What a platform publishes on ``llm.requests``. Unknown fields are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    request_id: Annotated[str, Field(min_length=1, max_length=200)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    session_id: str | None = None
+    tenant: str | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    routing: RoutingOptions | None = None
+    provider: ProviderPreferences | None = None
+    #: OpenAI's ``tools``, ``tool_choice`` and ``response_format``, passed to the provider as is.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    #: Set by the gateway: where it waits for the response (a copy is sent there).
+    reply_to: ReplyTo | None = None
+
+    @field_validator("request_id")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable():
+            raise ValueError("request_id must be printable")
+        return value
