@@ -183,6 +183,29 @@ def _factors(recent: Recent, now: float, params: RoutingParams) -> tuple[float, 
     )
 
 
+def _constants(arm: Arm, policy: Policy) -> tuple[float, float, float]:
+    """A deployment's quality prior, latency prior (s) and workload cost: they depend on
+    the policy alone (which never changes), so each is computed once per deployment."""
+    cache = policy.memo.get("adaptive_constants")
+    if cache is None:
+        cache = policy.memo["adaptive_constants"] = {}
+    found: tuple[float, float, float] | None = cache.get(arm.deployment)
+    if found is None:
+        params = policy.params
+        configured = arm.provider.quality_prior_of(arm.model)
+        quality_prior = (
+            configured
+            if params.adaptive_quality_priors and configured is not None
+            else params.adaptive_default_quality
+        )
+        found = cache[arm.deployment] = (
+            quality_prior,
+            arm.provider.p95_latency_baseline_ms / 1000.0,
+            arm.workload_cost_usd,
+        )
+    return found
+
+
 def estimate(
     arm: Arm,
     recent: Recent,
@@ -205,39 +228,85 @@ def estimate(
     margin its exploration), ``per_dollar`` the pacer's weight of a dollar
     (``1 / ADAPTIVE_ANSWER_VALUE_USD`` if None).
     """
-    params = policy.params
-    slow_weight, fast_weight = _factors(recent, now, params)
-    slow, fast = recent.slow, recent.fast
-    configured = arm.provider.quality_prior_of(arm.model)
-    quality_prior = (
-        configured
-        if params.adaptive_quality_priors and configured is not None
-        else params.adaptive_default_quality
+    estimator = Estimator(now, policy, cost_scale, wait_scale, per_dollar)
+    return estimator.estimate(arm, recent, cost_usd, graded)
+
+
+class Estimator:
+    """:func:`estimate` for every candidate of one decision: what depends on the decision
+    alone (settings, mode scales, the pacer's weight) is read once."""
+
+    __slots__ = (
+        "answer_value",
+        "cost_scale",
+        "exploration",
+        "fast_half_life",
+        "latency_weight",
+        "min_outcomes",
+        "now",
+        "params",
+        "per_dollar",
+        "policy",
+        "prior_success",
+        "slow_half_life",
+        "wait",
     )
-    calls = slow.calls * slow_weight
-    answers = slow.answers * slow_weight
-    success = _tested(
-        params.adaptive_prior_success, calls - slow.failures * slow_weight, calls, params
-    )
-    if graded is None:
-        quality = _tested(quality_prior, slow.reward * slow_weight, answers, params)
-        exploration = params.adaptive_exploration / math.sqrt(1.0 + answers)
-    else:
-        quality, exploration = graded.mean, graded.bound - graded.mean
-    latency_s = _weighted(
-        arm.provider.p95_latency_baseline_ms / 1000.0,
-        params.adaptive_latency_prior_weight,
-        fast.latency_s * fast_weight,
-        fast.answers * fast_weight,
-    )
-    cost = arm.workload_cost_usd if cost_usd is None else cost_usd
-    if per_dollar is None:
-        cost_term = cost_scale * cost / params.adaptive_answer_value_usd
-    else:
-        cost_term = cost_scale * cost * per_dollar
-    value = (
-        success * (quality - cost_term)
-        - wait_scale * params.adaptive_wait_cost_per_s * latency_s
-        + exploration
-    )
-    return Estimate(success, quality, latency_s, cost, exploration, value)
+
+    def __init__(
+        self,
+        now: float,
+        policy: Policy,
+        cost_scale: float = 1.0,
+        wait_scale: float = 1.0,
+        per_dollar: float | None = None,
+    ) -> None:
+        params = policy.params
+        self.now, self.policy, self.params = now, policy, params
+        self.cost_scale, self.per_dollar = cost_scale, per_dollar
+        # ``wait_scale * wait_cost * latency`` multiplies left to right: the same float.
+        self.wait = wait_scale * params.adaptive_wait_cost_per_s
+        self.answer_value = params.adaptive_answer_value_usd
+        self.prior_success = params.adaptive_prior_success
+        self.exploration = params.adaptive_exploration
+        self.latency_weight = params.adaptive_latency_prior_weight
+        self.min_outcomes = params.adaptive_change_min_outcomes
+        self.slow_half_life = params.adaptive_half_life_s
+        self.fast_half_life = params.adaptive_fast_half_life_s
+
+    def estimate(
+        self, arm: Arm, recent: Recent, cost_usd: float | None, graded: Quality | None
+    ) -> Estimate:
+        now = self.now
+        if now <= recent.at:  # _factors
+            slow_weight, fast_weight = 1.0, 1.0
+        else:
+            age = now - recent.at
+            slow_weight = 0.5 ** (age / self.slow_half_life)
+            fast_weight = 0.5 ** (age / self.fast_half_life)
+        slow, fast = recent.slow, recent.fast
+        quality_prior, latency_prior_s, workload_cost = _constants(arm, self.policy)
+        calls = slow.calls * slow_weight
+        answers = slow.answers * slow_weight
+        success = self.prior_success
+        if calls >= self.min_outcomes:  # else _tested keeps the prior
+            success = _tested(success, calls - slow.failures * slow_weight, calls, self.params)
+        if graded is None:
+            quality = quality_prior
+            if answers >= self.min_outcomes:
+                quality = _tested(quality, slow.reward * slow_weight, answers, self.params)
+            exploration = self.exploration / math.sqrt(1.0 + answers)
+        else:
+            quality, exploration = graded.mean, graded.bound - graded.mean
+        latency_s = _weighted(
+            latency_prior_s,
+            self.latency_weight,
+            fast.latency_s * fast_weight,
+            fast.answers * fast_weight,
+        )
+        cost = workload_cost if cost_usd is None else cost_usd
+        if self.per_dollar is None:
+            cost_term = self.cost_scale * cost / self.answer_value
+        else:
+            cost_term = self.cost_scale * cost * self.per_dollar
+        value = success * (quality - cost_term) - self.wait * latency_s + exploration
+        return Estimate(success, quality, latency_s, cost, exploration, value)

@@ -19,7 +19,15 @@ from app.routing.context import level_index
 from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
 from app.routing.select import select
-from app.routing.state import ArmState, OpenAttempt, Parked, RouteState, attempt_key
+from app.routing.state import (
+    NEW_ARM,
+    OpenAttempt,
+    Parked,
+    RouteState,
+    attempt_key,
+    evolve_arm,
+    evolve_route,
+)
 from app.routing.steps import Blocked, Step
 from app.routing.strategies import algorithm_version
 from app.understanding.guardrails import admit, prune, retry_after_s
@@ -38,7 +46,7 @@ def take_request(
     if copy or first in state.open_attempts or first in state.parked:
         return Step(state, applied=False)
     marks = {**state.accepted_through, source: accepted.source.offset}
-    state = replace(state, accepted_through=marks)
+    state = evolve_route(state, accepted_through=marks)
     if state.clock >= deadline_of(accepted, policy):
         # Waited in the log past its deadline (a backlog, a worker that was down):
         # answered without a call, and nothing is held against any provider.
@@ -126,8 +134,8 @@ def route(
         )
         return Step(state, responses=[error_response(request_id, attempt - 1, state.clock, error)])
 
-    arm_state = arms.get(chosen.deployment) or ArmState()
-    arms[chosen.deployment] = replace(arm_state, in_flight=arm_state.in_flight + 1)
+    arm_state = arms.get(chosen.deployment, NEW_ARM)
+    arms[chosen.deployment] = evolve_arm(arm_state, in_flight=arm_state.in_flight + 1)
     deadline = deadline_of(accepted, policy)
     open_attempts = {
         **state.open_attempts,
@@ -138,7 +146,7 @@ def route(
     expiry = deadline + LOST_ATTEMPT_GRACE_S
     if state.open_attempts:
         expiry = min(expiry, state.expiry_check_at) if state.expiry_check_at else 0.0
-    state = replace(
+    state = evolve_route(
         state,
         arms=arms,
         open_attempts=open_attempts,

@@ -14,7 +14,7 @@ policy in, a :class:`CandidatePlan` out.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -117,14 +117,45 @@ def _local_first(
     )
 
 
-def _domain_candidates(
-    policy: Policy, kept: list[ProviderConfig], domain: str | None
-) -> DomainCandidates:
-    key = ("domain_candidates", tuple(p.id for p in kept), domain)
+@dataclass(frozen=True, slots=True)
+class _Narrowed:
+    """Domain routing's result for one set of providers, with its arms and exclusions
+    built (the policy never changes: computed once per providers and domain)."""
+
+    found: DomainCandidates
+    arms: tuple[Arm, ...]
+    excluded: tuple[Exclusion, ...]
+
+
+def _narrowed(
+    policy: Policy, kept: list[ProviderConfig], domain: str | None, whole: str | None
+) -> _Narrowed:
+    """``whole``: the route's name when ``kept`` is all of its providers (a cheaper key)."""
+    key: Hashable = ("narrowed", whole, domain)
+    if whole is None:
+        key = ("narrowed", tuple(p.id for p in kept), domain)
     found = policy.memo.get(key)
     if found is None:
-        found = policy.memo[key] = domain_candidates(kept, domain)
-    return cast(DomainCandidates, found)
+        narrowed = domain_candidates(kept, domain)
+        found = policy.memo[key] = _Narrowed(
+            narrowed,
+            tuple(Arm(deployment_id(p.id, model), p, model) for p, model in narrowed.chosen),
+            tuple(Exclusion(deployment=d, reason=r) for d, r in narrowed.excluded),
+        )
+    return cast(_Narrowed, found)
+
+
+def _route_providers(policy: Policy, route: str) -> list[ProviderConfig]:
+    """The route's providers in config order (none for a route no longer configured).
+    Shared: never changed by the caller."""
+    key = ("route_providers", route)
+    found = policy.memo.get(key)
+    if found is None:
+        config = policy.config
+        found = policy.memo[key] = (
+            config.route_providers(route) if route in config.route_names() else []
+        )
+    return cast(list[ProviderConfig], found)
 
 
 def plan_candidates(
@@ -133,11 +164,7 @@ def plan_candidates(
     attempt: int = 1,
     tried: Collection[str] = (),
 ) -> CandidatePlan:
-    providers = (
-        policy.config.route_providers(accepted.route)
-        if accepted.route in policy.config.route_names()
-        else []
-    )
+    providers = _route_providers(policy, accepted.route)
     preset = tenant_policy(accepted, policy)
     mode = _mode(accepted, preset, policy)
     if accepted.model_error:
@@ -150,7 +177,10 @@ def plan_candidates(
     lists = _merged_lists(preset, accepted)
     excluded: list[Exclusion] = []
     kept: list[ProviderConfig] = []
-    for provider in providers:
+    whole: str | None = None
+    if lists.only is None and not lists.ignore:
+        kept, whole = providers, accepted.route
+    for provider in providers if whole is None else ():
         reason = None
         if lists.only is not None and provider.id not in lists.only:
             reason = "provider_not_in_only"
@@ -166,15 +196,18 @@ def plan_candidates(
             )
     features = accepted.features
     domain = features.domain.domain if features is not None and features.domain else None
-    narrowed = _domain_candidates(policy, kept, domain)
+    memo = _narrowed(policy, kept, domain, whole)
+    narrowed, arms = memo.found, list(memo.arms)
     if narrowed.rule == "specialists" and all(
         deployment_id(p.id, model) in tried for p, model in narrowed.chosen
     ):
         # Every specialist has failed this request: the generalists beat no answer.
         narrowed = domain_candidates([p for p in kept if is_generalist(p)] or kept, None)
         narrowed = replace(narrowed, domain=domain, rule="fallback_generalists")
-    excluded += [Exclusion(deployment=d, reason=r) for d, r in narrowed.excluded]
-    arms = [Arm(deployment_id(p.id, model), p, model) for p, model in narrowed.chosen]
+        excluded += [Exclusion(deployment=d, reason=r) for d, r in narrowed.excluded]
+        arms = [Arm(deployment_id(p.id, model), p, model) for p, model in narrowed.chosen]
+    else:
+        excluded += memo.excluded
     if lists.order:
         rank = {provider_id: i for i, provider_id in enumerate(lists.order)}
         arms.sort(key=lambda arm: rank.get(arm.provider.id, len(rank)))

@@ -53,7 +53,10 @@ class Quality:
 
 def graded_route(states: Iterable[ArmState]) -> bool:
     """Has any of these deployments been graded? (Otherwise: seed 000's success signal.)"""
-    return any(s.evidence.get(context.EVERYTHING, NO_EVIDENCE).weight > 0 for s in states)
+    for state in states:  # a loop, not any(): on every decision, and mostly no evidence
+        if state.evidence and state.evidence.get(context.EVERYTHING, NO_EVIDENCE).weight > 0:
+            return True
+    return False
 
 
 def coverage(states: Iterable[ArmState]) -> float:
@@ -119,6 +122,8 @@ def priced(arm: Arm, tokens: tuple[float, float]) -> float:
 
 def cost(arm: Arm, state: ArmState, chain: Sequence[str], tokens: tuple[float, float]) -> float:
     """Expected dollars of one answer of this deployment for this request."""
+    if not state.evidence:  # nothing observed: the configured prices (the loop's first exit)
+        return priced(arm, tokens)
     mean, weight = priced(arm, tokens), COST_PRIOR_WEIGHT
     for key in reversed(chain):
         bucket = state.evidence.get(key)

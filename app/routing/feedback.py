@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from app.events import Outcome, StatusClass
 from app.routing import adaptive, bandit, breaker, evidence
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
-from app.routing.state import ArmState, Breaker, Recent
+from app.routing.state import ArmState, Breaker, Recent, evolve_arm
 from app.understanding.modes import ema_throughput, throughput_sample
 
 
@@ -19,7 +17,7 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
     if status is StatusClass.EXPIRED:
         # The request ran out of time (a backlog, a worker that was down): the slot is
         # free again, and nothing is learnt or held against the deployment (issue 17).
-        return replace(arm, in_flight=in_flight)
+        return evolve_arm(arm, in_flight=in_flight)
     availability = ACCOUNTING[status].availability
     alpha, beta = bandit.thompson_update(arm.alpha, arm.beta, outcome.reward)
     health = arm
@@ -105,7 +103,7 @@ def _health(
         moved = breaker.on_failure(arm.breaker, now, params)
     if params.ewma and breaker.closed_again(arm.breaker, moved):
         ewma_failure, observations = 0.0, 0
-    return replace(
+    return evolve_arm(
         arm,
         avg_latency_s=bandit.ema_latency(
             arm.avg_latency_s, outcome.latency_ms / 1000.0, arm.latency_samples

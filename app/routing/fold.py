@@ -33,7 +33,7 @@ answered ``deadline_exceeded`` at their deadline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from app.events import (
@@ -58,7 +58,7 @@ from app.routing.answers import (
 from app.routing.feedback import apply_outcome
 from app.routing.grading import apply_grade
 from app.routing.policy import Policy
-from app.routing.state import ArmState, Line, RouteState, attempt_key
+from app.routing.state import NEW_ARM, Line, RouteState, attempt_key, evolve_arm, evolve_route
 from app.routing.steps import Step
 
 __all__ = [
@@ -80,7 +80,7 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         # Redelivered after a crash or rebalance: this row already includes it.
         return Step(state, applied=False)
     clock = max(state.clock, _event_time(event))
-    state, expired = _expire_lost_attempts(replace(state, clock=clock, position=position))
+    state, expired = _expire_lost_attempts(evolve_route(state, clock=clock, position=position))
     state, overdue = _answer_overdue(state, policy)
     if isinstance(event, RouteTick):
         step = Step(state)
@@ -110,12 +110,12 @@ def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy:
     line = state.line
     if line.waiting:
         joined = Line(line.waiting + 1, line.after, line.blocked_at)
-        return Step(replace(state, line=joined))
+        return Step(evolve_route(state, line=joined))
     taken = take_request(state, accepted, position, policy)
     if isinstance(taken, Step):
         return taken
     start = Line(waiting=1, after=position - 1, blocked_at=position)
-    return Step(replace(taken.on(state), line=start))
+    return Step(evolve_route(taken.on(state), line=start))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +157,9 @@ def take(
     taken = take_request(state, event, position, policy)
     if not isinstance(taken, Step):
         blocked = Line(line.waiting, line.after, state.position)
-        return Step(replace(taken.on(state), line=blocked))
+        return Step(evolve_route(taken.on(state), line=blocked))
     moved = Line(waiting=line.waiting - 1, after=position, blocked_at=line.blocked_at)
-    return Step(replace(taken.state, line=moved), taken.dispatches, taken.responses)
+    return Step(evolve_route(taken.state, line=moved), taken.dispatches, taken.responses)
 
 
 def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: Policy) -> Step:
@@ -171,7 +171,7 @@ def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: P
         or accepted.request.request_id != parked.request_id
     ):
         raise ValueError(f"the event at {parked.carrier} does not carry {key}")
-    state = replace(state, parked={k: v for k, v in state.parked.items() if k != key})
+    state = evolve_route(state, parked={k: v for k, v in state.parked.items() if k != key})
     step = route(
         state,
         accepted,
@@ -199,7 +199,7 @@ def _answer_overdue(state: RouteState, policy: Policy) -> tuple[RouteState, list
         )
         responses.append(error_response(parked.request_id, parked.attempt - 1, state.clock, error))
     kept = {k: v for k, v in state.parked.items() if k not in late}
-    return replace(state, parked=kept), responses
+    return evolve_route(state, parked=kept), responses
 
 
 def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]]:
@@ -212,14 +212,14 @@ def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]
     }
     if not lost:
         next_check = min(a.deadline for a in state.open_attempts.values()) + LOST_ATTEMPT_GRACE_S
-        return replace(state, expiry_check_at=next_check), []
+        return evolve_route(state, expiry_check_at=next_check), []
     arms = dict(state.arms)
     responses = []
     for key, attempt in sorted(lost.items()):
         # Never reported back: a worker died or an outcome was lost. Not the provider's
         # doing as far as anyone knows: only the slot is freed.
-        arm = arms.get(attempt.deployment) or ArmState()
-        arms[attempt.deployment] = replace(arm, in_flight=max(0, arm.in_flight - 1))
+        arm = arms.get(attempt.deployment, NEW_ARM)
+        arms[attempt.deployment] = evolve_arm(arm, in_flight=max(0, arm.in_flight - 1))
         request_id, _, number = key.rpartition("#")
         error = ErrorBody(
             type="lost",
@@ -229,7 +229,7 @@ def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]
         )
         responses.append(error_response(request_id, int(number), state.clock, error))
     still_open = {k: v for k, v in state.open_attempts.items() if k not in lost}
-    return replace(state, arms=arms, open_attempts=still_open, expiry_check_at=0.0), responses
+    return evolve_route(state, arms=arms, open_attempts=still_open, expiry_check_at=0.0), responses
 
 
 def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Policy) -> Step:
@@ -239,7 +239,7 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
         return Step(state, applied=False)
     open_attempts = {k: v for k, v in state.open_attempts.items() if k != key}
     arm = apply_outcome(state.arm(outcome.deployment), outcome, state.clock, policy)
-    state = replace(
+    state = evolve_route(
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
     last_try = outcome.attempt >= policy.max_attempts(outcome.route)

@@ -16,7 +16,7 @@ from app.routing.candidates import CandidatePlan
 from app.routing.context import EVERYTHING
 from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import Arm, Policy
-from app.routing.state import ArmState, BreakerPhase, RouteState
+from app.routing.state import NEW_ARM, ArmState, BreakerPhase, RouteState
 from app.understanding.modes import DEFAULT_MODE
 
 
@@ -35,16 +35,17 @@ class Selection:
 
 
 def _exclusion_reason(
-    arm: Arm, state: ArmState, tried: Collection[str], now: float, policy: Policy
+    arm: Arm, state: ArmState, tried: Collection[str], now: float
 ) -> str | None:
     if arm.deployment in tried:
         return "already_tried"
     phase = state.breaker.state
-    if phase is BreakerPhase.OPEN:
-        return "breaker_open"
-    if phase is BreakerPhase.HALF_OPEN and state.in_flight > 0:
-        # One probe at a time: the next one goes out when this one has answered.
-        return "breaker_half_open_probe_in_flight"
+    if phase is not BreakerPhase.CLOSED:
+        if phase is BreakerPhase.OPEN:
+            return "breaker_open"
+        if state.in_flight > 0:  # HALF_OPEN
+            # One probe at a time: the next one goes out when this one has answered.
+            return "breaker_half_open_probe_in_flight"
     if state.in_flight >= arm.provider.max_concurrency:
         return "concurrency_full"
     if state.retry_after_until > now:
@@ -69,16 +70,21 @@ def select(
     eligible: list[tuple[Arm, ArmState]] = []
     excluded: list[Exclusion] = list(plan.excluded) if plan is not None else []
     total_started = 0
+    half_open = False
+    clock = state.clock
+    known = state.arms
     for arm in arms:
-        arm_state = state.arm(arm.deployment)
-        moved = breaker.on_clock(arm_state.breaker, state.clock, policy.breaker)
-        if moved is not arm_state.breaker:
-            arm_state = replace(arm_state, breaker=moved)
-            updated[arm.deployment] = arm_state
-        total_started += arm_state.started
-        reason = _exclusion_reason(arm, arm_state, tried, state.clock, policy)
+        arm_state = known.get(arm.deployment, NEW_ARM)
+        if arm_state.breaker.state is BreakerPhase.OPEN:  # only an open breaker moves on time
+            moved = breaker.on_clock(arm_state.breaker, clock, policy.breaker)
+            if moved is not arm_state.breaker:
+                arm_state = replace(arm_state, breaker=moved)
+                updated[arm.deployment] = arm_state
+        total_started += arm_state.pulls + arm_state.in_flight
+        reason = _exclusion_reason(arm, arm_state, tried, clock)
         if reason is None:
             eligible.append((arm, arm_state))
+            half_open = half_open or arm_state.breaker.state is BreakerPhase.HALF_OPEN
         else:
             excluded.append(Exclusion(deployment=arm.deployment, reason=reason))
     if not eligible:
@@ -86,7 +92,7 @@ def select(
     ranking = strategies.rank(
         eligible, total_started, request_id, attempt, policy, mode, state.clock, learning
     )
-    probe = _due_probe(eligible) if ranking.rule != "untried_first" else None
+    probe = _due_probe(eligible) if half_open and ranking.rule != "untried_first" else None
     if probe is not None:
         # A half-open breaker gets one live probe at a time, whatever the scores say:
         # otherwise a strategy that learnt to avoid the arm would never see it recover.

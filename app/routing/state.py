@@ -9,8 +9,10 @@ from the changelog or by a replay is bit-identical to the live one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from app.understanding.guardrails import RateWindow
 
@@ -229,3 +231,28 @@ NO_EVIDENCE = Evidence()
 
 def attempt_key(request_id: str, attempt: int) -> str:
     return f"{request_id}#{attempt}"
+
+
+T = TypeVar("T")
+_KEEP: Any = object()
+
+
+def _replacer(cls: type[T]) -> Callable[..., T]:
+    """``dataclasses.replace`` for one class, generated as dataclasses generates
+    ``__init__``: one positional constructor call (``replace`` walks the fields and
+    builds keyword arguments: 2.0 vs 0.9 µs for a route state, 2.8 vs 1.3 for an arm)."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    assert not any(f.kw_only for f in fields(cls)), cls  # type: ignore[arg-type]
+    keep = ", ".join(f"{name}=_KEEP" for name in names)
+    values = ", ".join(f"old.{name} if {name} is _KEEP else {name}" for name in names)
+    source = f"def evolve(old, *, {keep}):\n    return cls({values})\n"
+    namespace: dict[str, Any] = {"cls": cls, "_KEEP": _KEEP}
+    exec(source, namespace)  # generated from the class's own field names
+    evolve: Callable[..., T] = namespace["evolve"]
+    evolve.__doc__ = f"A copy of a {cls.__name__} with the given fields changed."
+    return evolve
+
+
+#: Fast ``dataclasses.replace`` for the two states every event copies.
+evolve_route = _replacer(RouteState)
+evolve_arm = _replacer(ArmState)
