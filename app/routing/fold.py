@@ -237,7 +237,8 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
     key = attempt_key(outcome.request_id, outcome.attempt)
     if key not in state.open_attempts:
         return Step(state, applied=False)
-    open_attempts = {k: v for k, v in state.open_attempts.items() if k != key}
+    open_attempts = dict(state.open_attempts)  # a C copy, then one out: the same order
+    del open_attempts[key]
     arm = apply_outcome(state.arm(outcome.deployment), outcome, state.clock, policy)
     state = evolve_route(
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts

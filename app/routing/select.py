@@ -34,9 +34,7 @@ class Selection:
     level: str = EVERYTHING
 
 
-def _exclusion_reason(
-    arm: Arm, state: ArmState, tried: Collection[str], now: float
-) -> str | None:
+def _exclusion_reason(arm: Arm, state: ArmState, tried: Collection[str], now: float) -> str | None:
     if arm.deployment in tried:
         return "already_tried"
     phase = state.breaker.state
