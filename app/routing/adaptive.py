@@ -67,14 +67,27 @@ def decayed(recent: Recent, now: float, params: RoutingParams) -> Recent:
 
 
 def _added(
-    sums: Sums, counted: bool, failed: bool, answered: bool, reward: float, latency_s: float
+    sums: Sums,
+    factor: float | None,
+    counted: bool,
+    failed: bool,
+    answered: bool,
+    reward: float,
+    latency_s: float,
 ) -> Sums:
+    """``sums`` scaled by ``factor`` (None: as they are), plus one outcome: the same two
+    roundings as ``_scaled`` then adding, without the intermediate sums."""
+    calls, failures, answers = sums.calls, sums.failures, sums.answers
+    rewards, latencies = sums.reward, sums.latency_s
+    if factor is not None:
+        calls, failures, answers = calls * factor, failures * factor, answers * factor
+        rewards, latencies = rewards * factor, latencies * factor
     return Sums(
-        calls=sums.calls + float(counted),
-        failures=sums.failures + float(counted and failed),
-        answers=sums.answers + float(answered),
-        reward=sums.reward + (reward if answered else 0.0),
-        latency_s=sums.latency_s + (latency_s if answered else 0.0),
+        calls=calls + float(counted),
+        failures=failures + float(counted and failed),
+        answers=answers + float(answered),
+        reward=rewards + (reward if answered else 0.0),
+        latency_s=latencies + (latency_s if answered else 0.0),
     )
 
 
@@ -91,12 +104,14 @@ def observe(
 ) -> Recent:
     """Add one outcome at ``now`` (``counted`` for availability, ``answered`` for a
     success) to both memories, then restart the slow one where the fast one shows a change."""
-    base = decayed(recent, now, params)
     if not counted and not answered:
-        return base
-    slow = _added(base.slow, counted, failed, answered, reward, latency_s)
-    fast = _added(base.fast, counted, failed, answered, reward, latency_s)
-    return Recent(at=base.at, slow=_restarted(slow, fast, params), fast=fast)
+        return decayed(recent, now, params)
+    at, slow_weight, fast_weight = recent.at, None, None
+    if now > recent.at:  # decayed(recent, now, params), fused with the additions
+        at, (slow_weight, fast_weight) = now, _factors(recent, now, params)
+    slow = _added(recent.slow, slow_weight, counted, failed, answered, reward, latency_s)
+    fast = _added(recent.fast, fast_weight, counted, failed, answered, reward, latency_s)
+    return Recent(at=at, slow=_restarted(slow, fast, params), fast=fast)
 
 
 def _contradicts(reference: float, total: float, count: float, params: RoutingParams) -> bool:

@@ -104,9 +104,10 @@ class Recall:
 
     def prune(self, state: RouteState) -> None:
         """Drop what the state no longer refers to."""
-        wanted_carriers = {p.carrier for p in state.parked.values()}
-        for position in [p for p in self.carriers if p not in wanted_carriers]:
-            del self.carriers[position]
+        if self.carriers:
+            wanted_carriers = {p.carrier for p in state.parked.values()}
+            for position in [p for p in self.carriers if p not in wanted_carriers]:
+                del self.carriers[position]
         if not state.line.waiting:
             self._clear_line()
             self.line_from = None

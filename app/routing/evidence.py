@@ -114,6 +114,8 @@ def _size(evidence: Evidence) -> float:
 
 def bounded(buckets: Buckets, max_keys: int) -> Buckets:
     """At most ``max_keys`` evictable buckets: those with the least evidence go first."""
+    if len(buckets) <= max_keys:  # fewer buckets than the bound: nothing to evict
+        return buckets
     evictable = [k for k in buckets if not _protected(k)]
     if len(evictable) <= max_keys:
         return buckets

@@ -187,6 +187,8 @@ def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: P
 
 def _answer_overdue(state: RouteState, policy: Policy) -> tuple[RouteState, list[Response]]:
     """Parked attempts whose deadline has come: answered, no recall needed."""
+    if not state.parked:
+        return state, []
     late = sorted(key for key, p in state.parked.items() if p.deadline <= state.clock)
     if not late:
         return state, []
