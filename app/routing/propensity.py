@@ -81,17 +81,29 @@ def thompson_propensity(posteriors: Sequence[tuple[float, float]], chosen: int) 
         if shapes[j][1] < _NARROW * spread:
             _cut(edges, shapes[j][0], shapes[j][1], _NARROW_EDGES, low, high)
     nodes, values = _chosen_density(posteriors[chosen], sorted(edges))
+    ys = [node[0] for node in nodes]
     for j in competitors:
         if not values:
             break
         shape = shapes[j]
-        if shape[2] == "cornish-fisher" and nodes[0][0] - shape[0] > 8.5 * shape[1]:
-            continue  # F_j > 1 - 1e-17 on every node left
-        a, b = float(posteriors[j][0]), float(posteriors[j][1])
-        values = [v * f for v, f in zip(values, _cdf(a, b, shape, nodes), strict=True)]
+        if shape[2] == "cornish-fisher":
+            if nodes[0][0] - shape[0] > 8.5 * shape[1]:
+                continue  # F_j > 1 - 1e-17 on every node left
+            # F_j is 0 below ``first`` and 1 from ``last``: v x 0 is 0 and v x 1 is v, so
+            # only the middle is multiplied (the same products as multiplying them all).
+            first, last, middle = _cornish_fisher_span(shape[3], ys)
+            values = (
+                [0.0] * first
+                + [v * f for v, f in zip(values[first:last], middle, strict=True)]
+                + values[last:]
+            )
+        else:
+            a, b = float(posteriors[j][0]), float(posteriors[j][1])
+            values = [v * f for v, f in zip(values, _cdf(a, b, shape, nodes), strict=True)]
         if min(values) <= _TINY:
             kept = [i for i, v in enumerate(values) if v > _TINY]
             nodes, values = [nodes[i] for i in kept], [values[i] for i in kept]
+            ys = [node[0] for node in nodes]
     return min(1.0, math.fsum(values))
 
 
@@ -209,9 +221,18 @@ def _cornish_fisher(a: float, b: float) -> tuple[float, ...]:
 
 
 def _cdf_cornish_fisher(constants: tuple[float, ...], nodes: list[Node]) -> list[float]:
+    ys = [node[0] for node in nodes]
+    first, last, middle = _cornish_fisher_span(constants, ys)
+    return [0.0] * first + middle + [1.0] * (len(ys) - last)
+
+
+def _cornish_fisher_span(
+    constants: tuple[float, ...], ys: list[float]
+) -> tuple[int, int, list[float]]:
+    """The CDF at logits ``ys`` (sorted): 0 before ``first``, 1 from ``last``, and the
+    values in between."""
     mean, spread, c3, c2, c1, c0 = constants
     # Beyond 9 spreads the CDF is 0 or 1 (and the cubic would turn back).
-    ys = [node[0] for node in nodes]
     first = bisect.bisect_left(ys, mean - 9.0 * spread)
     last = bisect.bisect_right(ys, mean + 9.0 * spread, first)
     inverse, erfc = 1.0 / spread, math.erfc
@@ -219,7 +240,7 @@ def _cdf_cornish_fisher(constants: tuple[float, ...], nodes: list[Node]) -> list
         0.5 * erfc(((c3 * w + c2) * w + c1) * w + c0)
         for w in [(y - mean) * inverse for y in ys[first:last]]
     ]
-    return [0.0] * first + middle + [1.0] * (len(ys) - last)
+    return first, last, middle
 
 
 def _cdf_peizer_pratt(
