@@ -124,24 +124,25 @@ def _chosen_density(
     log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
     nodes: list[Node] = []
     values: list[float] = []
+    exp, log1p = math.exp, math.log1p
     for left, right in itertools.pairwise(edges):
         half, middle = 0.5 * (right - left), 0.5 * (right + left)
         for t, w in zip(_NODES, _WEIGHTS, strict=True):
             y = middle + half * t
             if y >= 0.0:
-                e = math.exp(-y)
-                lx = -math.log1p(e)
+                e = exp(-y)
+                lx = -log1p(e)
                 lq = lx - y
                 x = 1.0 / (1.0 + e)
                 q = e * x
             else:
-                e = math.exp(y)
-                lq = -math.log1p(e)
+                e = exp(y)
+                lq = -log1p(e)
                 lx = lq + y
                 q = 1.0 / (1.0 + e)
                 x = e * q
             # Density of y = logit X: x^a (1 - x)^b / B(a, b).
-            value = half * w * math.exp(log_norm + a * lx + b * lq)
+            value = half * w * exp(log_norm + a * lx + b * lq)
             if value > _TINY:
                 nodes.append((y, x, q, lx, lq))
                 values.append(value)
@@ -182,7 +183,7 @@ def _cdf(a: float, b: float, shape: Shape, nodes: list[Node]) -> list[float]:
     if kind == "peizer-pratt":
         return _cdf_peizer_pratt(a, b, constants, nodes)
     if kind == "sum":
-        return [_sum(a, b, node) for node in nodes]
+        return _cdf_sum(a, b, nodes)
     return [_fraction(a, b, constants[0], node) for node in nodes]
 
 
@@ -251,6 +252,7 @@ def _cdf_peizer_pratt(
     s, t, log_s, log_t, inverse = constants
     shift, slope = a - 1.0 / 3.0, a + b - 2.0 / 3.0
     ia, ib, iab = 0.02 / a, 0.02 / b, 0.02 / (a + b)
+    erfc, sqrt, sqrt_half = math.erfc, math.sqrt, _SQRT_HALF
     out = []
     for _, x, q, lx, lq in nodes:
         u = s / x
@@ -269,28 +271,33 @@ def _cdf_peizer_pratt(
         )
         centre = shift - slope * x + q * ia - x * ib + (q - 0.5) * iab
         out.append(
-            0.5
-            * math.erfc(
-                centre * math.sqrt((1.0 + q * g1 + x * g2) * inverse / (x * q)) * _SQRT_HALF
-            )
+            0.5 * erfc(centre * sqrt((1.0 + q * g1 + x * g2) * inverse / (x * q)) * sqrt_half)
         )
     return out
 
 
-def _sum(a: float, b: float, node: Node) -> float:
-    """I_x(a, b) exactly when the smaller parameter is a whole number (below 5)."""
-    _, x, q, lx, lq = node
-    if b <= a:  # I_x(a, n) = x^a Σ_{i<n} Γ(a+i) / (Γ(a) i!) (1-x)^i
+def _cdf_sum(a: float, b: float, nodes: list[Node]) -> list[float]:
+    """I_x(a, b) exactly when the smaller parameter is a whole number (below 5), at every
+    node: ``I_x(a, n) = x^a Σ_{i<n} Γ(a+i) / (Γ(a) i!) (1-x)^i`` (and its mirror)."""
+    exp = math.exp
+    out = []
+    if b <= a:
+        n = int(b)
+        for _, _, q, lx, _ in nodes:
+            term = total = 1.0
+            for i in range(1, n):
+                term *= q * (a + i - 1) / i
+                total += term
+            out.append(exp(a * lx) * total)
+        return out
+    n = int(a)
+    for _, x, _, _, lq in nodes:
         term = total = 1.0
-        for i in range(1, int(b)):
-            term *= q * (a + i - 1) / i
+        for i in range(1, n):
+            term *= x * (b + i - 1) / i
             total += term
-        return math.exp(a * lx) * total
-    term = total = 1.0
-    for i in range(1, int(a)):
-        term *= x * (b + i - 1) / i
-        total += term
-    return 1.0 - math.exp(b * lq) * total
+        out.append(1.0 - exp(b * lq) * total)
+    return out
 
 
 def _fraction(a: float, b: float, log_norm: float, node: Node) -> float:
