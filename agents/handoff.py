@@ -101,9 +101,12 @@ async def handoff(stream: StreamT[bytes]) -> None:
 
 
 def _acker(manual: Any, event: Any) -> Callable[[asyncio.Task[None]], None]:
-    """Ack ``event`` once the call's task has ended."""
+    """Ack ``event`` once the call's task has ended; never for a call cancelled by a stop
+    or a rebalance: the dispatch must be read again by the partition's next owner."""
 
-    def ack(_: asyncio.Task[None]) -> None:
+    def ack(task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
         acking = asyncio.ensure_future(manual.ack(event))
         _acking.add(acking)
         acking.add_done_callback(_acking.discard)
