@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -153,7 +153,10 @@ async def _publish(sealed: Sealed) -> None:
         await responses_topic.send(key=key, value=sealed.response.model_dump_json())
         metrics.RESPONSES.labels(status="ok", source="executor").inc()
     await outcomes_topic.send(key=key, value=outcome.model_dump_json())
-    await routing_topic.send(key=outcome.route.encode(), value=sealed.feedback)
+    delivered = await routing_topic.send(key=outcome.route.encode(), value=sealed.feedback)
+    # The call counts as done (its hand-off record acked) only once the broker has the
+    # feedback: a stop in between must leave the dispatch to be made again.
+    await cast("asyncio.Future[Any]", delivered)
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:
