@@ -291,6 +291,12 @@ class Estimator:
     def estimate(
         self, arm: Arm, recent: Recent, cost_usd: float | None, graded: Quality | None
     ) -> Estimate:
+        return Estimate(*self.parts(arm, recent, cost_usd, graded))
+
+    def parts(
+        self, arm: Arm, recent: Recent, cost_usd: float | None, graded: Quality | None
+    ) -> tuple[float, float, float, float, float, float]:
+        """:class:`Estimate`'s fields, in order (no object built per candidate)."""
         now = self.now
         if now <= recent.at:  # _factors
             slow_weight, fast_weight = 1.0, 1.0
@@ -324,4 +330,4 @@ class Estimator:
         else:
             cost_term = self.cost_scale * cost * self.per_dollar
         value = success * (quality - cost_term) - self.wait * latency_s + exploration
-        return Estimate(success, quality, latency_s, cost, exploration, value)
+        return success, quality, latency_s, cost, exploration, value

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.events import Candidate
 from app.routing import adaptive, bandit, context, estimates
 from app.routing.learning import NO_LEARNING, Learning
-from app.routing.policy import Arm, Policy
+from app.routing.policy import WORKLOAD_INPUT_TOKENS, WORKLOAD_OUTPUT_TOKENS, Arm, Policy
 from app.routing.propensity import thompson_propensity
 from app.routing.state import ArmState
 from app.settings import Strategy
@@ -90,8 +90,22 @@ def _quality_prior(arm: Arm, policy: Policy) -> float:
     return params.adaptive_default_quality
 
 
-def _costs(eligible: Eligible, learning: Learning) -> list[float]:
+def _costs(eligible: Eligible, learning: Learning, policy: Policy) -> list[float]:
     """Each candidate's expected real cost of an answer to this request."""
+    if not any(state.evidence for _, state in eligible):
+        # Nothing observed on the route: every cost is the configured prices at seed 003's
+        # workload (token_means and cost's first exit), which the policy alone fixes.
+        cache = policy.memo.get("workload_costs")
+        if cache is None:
+            cache = policy.memo["workload_costs"] = {}
+        costs = []
+        for arm, _ in eligible:
+            found = cache.get(arm.deployment)
+            if found is None:
+                workload = (float(WORKLOAD_INPUT_TOKENS), float(WORKLOAD_OUTPUT_TOKENS))
+                found = cache[arm.deployment] = estimates.priced(arm, workload)
+            costs.append(found)
+        return costs
     tokens = estimates.token_means(state for _, state in eligible)
     return [estimates.cost(arm, state, learning.chain, tokens) for arm, state in eligible]
 
@@ -118,7 +132,7 @@ def rank(
     if strategy is Strategy.THOMPSON:
         ranking = thompson(eligible, request_id, attempt, qualities, policy)
     elif strategy is Strategy.COMPOSITE:
-        ranking = composite(eligible, qualities, _costs(eligible, learning))
+        ranking = composite(eligible, qualities, _costs(eligible, learning, policy))
     elif strategy is Strategy.ADAPTIVE:
         ranking = adaptive_ranking(eligible, now, policy, mode, learning, qualities)
     else:
@@ -312,25 +326,31 @@ def adaptive_ranking(
     weights, balanced = MODE_WEIGHTS[mode], MODE_WEIGHTS[RoutingMode.BALANCED]
     cost_scale = weights.cost / balanced.cost
     wait_scale = weights.latency / balanced.latency
-    costs = _costs(eligible, learning)
+    costs = _costs(eligible, learning, policy)
     per_dollar = None
     if learning.multiplier is not None and learning.target_usd is not None:
         per_dollar = learning.multiplier / learning.target_usd
     candidates: list[Candidate] = []
     values: list[float] = []
-    estimator = adaptive.Estimator(now, policy, cost_scale, wait_scale, per_dollar)
+    estimate = adaptive.Estimator(now, policy, cost_scale, wait_scale, per_dollar).parts
     for index, (arm, state) in enumerate(eligible):
-        estimate = estimator.estimate(
+        success, quality, latency_s, cost, exploration, value = estimate(
             arm, state.recent, costs[index], qualities[index] if qualities else None
         )
-        factors = estimate.factors()
-        value = estimate.value
+        factors = {  # adaptive.Estimate.factors()
+            "success_rate": success,
+            "quality": quality,
+            "latency_s": latency_s,
+            "cost_usd": cost,
+            "exploration": exploration,
+        }
         if weights.throughput > 0:
             factors["throughput_bonus"] = throughput_bonus(state.tokens_per_s, weights.throughput)
             value += factors["throughput_bonus"]
         candidates.append(_candidate(arm.deployment, value, factors))
         values.append(value)
-    untried = [i for i, (_, state) in enumerate(eligible) if state.started == 0]
-    if qualities and untried:
-        return Ranking(untried[0], candidates, rule="untried_first")
+    if qualities:
+        untried = [i for i, (_, state) in enumerate(eligible) if state.started == 0]
+        if untried:
+            return Ranking(untried[0], candidates, rule="untried_first")
     return Ranking(bandit.argmax_first(values), candidates)
