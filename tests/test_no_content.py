@@ -186,6 +186,15 @@ async def wait_for_web(stack: EmbeddedStack, port: str, timeout_s: float = 60.0)
     raise TimeoutError(f"the worker's web server never came up; its log ends:\n{log[-3000:]}")
 
 
+async def wait_for_changelog(stack: EmbeddedStack, timeout_s: float) -> None:
+    topic = f"switchyard-{stack.namespace}-route-state-changelog"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await read_raw(stack.broker.bootstrap, topic):
+            return
+        await asyncio.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 async def run(broker: EmbeddedBroker) -> AsyncIterator[Run]:
     stack = EmbeddedStack(
@@ -225,6 +234,8 @@ async def run(broker: EmbeddedBroker) -> AsyncIterator[Run]:
         try:
             await publish(stack, [*MALFORMED, *(ask(i) for i in ids)])
             await poll_until(1, timeout_s=90)  # a first answer: the rest are waiting
+            # Rows are written once per batch of events: wait for the first one to land.
+            await wait_for_changelog(stack, timeout_s=20)
             waiting = await sweep(stack, port, ids[-1], 0)
             await drain()
             waiting.answered_after = len(seen[topics.responses])
