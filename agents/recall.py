@@ -87,7 +87,7 @@ class LogReader:
     ) -> RoutingLogEvent:
         consumer.assign([tp])
         consumer.seek(tp, offset)
-        async for position, event in self._records(consumer, tp, offset):
+        async for position, event, _ in self._records(consumer, tp, offset):
             if position == offset and event is not None:
                 return event
             break
@@ -101,19 +101,19 @@ class LogReader:
         after: int,
         through: int,
         max_bytes: int | None,
-    ) -> tuple[list[Recalled], bool]:
-        """The route's requests after ``after`` up to ``through`` (or ``max_bytes``);
-        True when the read reached ``through``."""
+    ) -> tuple[list[tuple[int, RoutingLogEvent, bytes | None]], bool]:
+        """The route's requests after ``after`` up to ``through`` (or ``max_bytes``), with
+        their record bytes; True when the read reached ``through``."""
         consumer.assign([tp])
         consumer.seek(tp, after + 1)
-        found: list[Recalled] = []
+        found: list[tuple[int, RoutingLogEvent, bytes | None]] = []
         size = 0
-        async for position, event in self._records(consumer, tp, after + 1):
+        async for position, event, raw in self._records(consumer, tp, after + 1):
             if position > through:
                 return found, True
             if isinstance(event, RequestAccepted) and route_of(event) == route:
-                found.append((position, event))
-                size += len(event.model_dump_json())
+                found.append((position, event, raw))
+                size += len(raw)
                 if max_bytes is not None and size >= max_bytes:
                     return found, position >= through
             if position == through:
@@ -125,26 +125,28 @@ class LogReader:
 
 
 class _Records:
-    """Async iterator over (offset, parsed event or None) from ``start``, until a timeout."""
+    """Async iterator over (offset, parsed event or None, record bytes) from ``start``,
+    until a timeout."""
 
     def __init__(
         self, reader: LogReader, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int
     ) -> None:
         self.reader, self.consumer, self.tp = reader, consumer, tp
-        self.buffer: deque[tuple[int, RoutingLogEvent | None]] = deque()
+        self.buffer: deque[tuple[int, RoutingLogEvent | None, bytes]] = deque()
         self.deadline = asyncio.get_running_loop().time() + reader.timeout_s
 
     def __aiter__(self) -> _Records:
         return self
 
-    async def __anext__(self) -> tuple[int, RoutingLogEvent | None]:
+    async def __anext__(self) -> tuple[int, RoutingLogEvent | None, bytes]:
         while not self.buffer:
             if asyncio.get_running_loop().time() > self.deadline:
                 raise StopAsyncIteration
             batches = await self.consumer.getmany(self.tp, timeout_ms=500, max_records=500)
             for record in batches.get(self.tp, []):
                 self.reader.records_read += 1
-                self.buffer.append((record.offset, _parse(record.value)))
+                raw = record.value or b""
+                self.buffer.append((record.offset, _parse(raw), raw))
         return self.buffer.popleft()
 
 

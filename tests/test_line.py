@@ -115,7 +115,7 @@ def _driven_by_log(
             assert found is not None
             reads += 1
             if want.kind == "line":  # the live reader refills the memory from the log
-                driver.recall("chat").refill(want.position, [found], up_to_date=False)
+                driver.recall("chat").refill(want.position, [(*found, None)], up_to_date=False)
             want = run.send(found)
     except StopIteration as done:
         return done.value, reads

@@ -86,13 +86,17 @@ class Recall:
         position, kept = self.line[index]
         return position, _parsed(kept)
 
-    def refill(self, after: int, events: list[Recalled], up_to_date: bool) -> None:
-        """The line's requests after ``after``, read back from the log in order; True
-        ``up_to_date`` when the read reached the route's newest event."""
+    def refill(
+        self, after: int, events: list[tuple[int, RoutingLogEvent, bytes | None]], up_to_date: bool
+    ) -> None:
+        """The line's requests after ``after``, read back from the log in order (with their
+        record bytes when known); True ``up_to_date`` when the read reached the route's
+        newest event."""
         self.start_line(after)
-        for position, event in events:
+        for position, event, raw in events:
             if isinstance(event, RequestAccepted):
-                self.keep_line(position, event, len(event.model_dump_json()))
+                size = len(raw) if raw is not None else len(event.model_dump_json())
+                self.keep_line(position, event, size, raw)
         if not up_to_date:
             self.complete = False
 
