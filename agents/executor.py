@@ -88,8 +88,9 @@ async def run_dispatch(dispatch: Dispatch) -> None:
         )
     else:
         result = await _call_in_time(dispatch, provider)
-    stand_in = _removed_provider(dispatch.decision.provider)
-    sealed = _seal(dispatch, result, provider or stand_in)
+    if provider is None:
+        provider = _removed_provider(dispatch.decision.provider)
+    sealed = _seal(dispatch, result, provider)
     await _publish(sealed)
     replies.send_response(sealed.response, dispatch.accepted.request.reply_to)  # the gateway's
     await request_judgement(dispatch, sealed.response)  # the route's judge, when it samples
