@@ -97,8 +97,10 @@ async def run_dispatch(dispatch: Dispatch) -> None:
 
 
 def _provider_of(dispatch: Dispatch) -> ProviderConfig | None:
-    """The decision's provider in the config in force (None: no longer configured)."""
-    return policy_holder().current.config.provider_by_id.get(dispatch.decision.provider)
+    """The decision's provider as its policy version configured it, else as the newest
+    does (None: no longer configured)."""
+    decision = dispatch.decision
+    return policy_holder().provider(decision.provider, decision.policy_version)
 
 
 def _seal(dispatch: Dispatch, result: CallResult, provider: ProviderConfig) -> Sealed:

@@ -40,7 +40,7 @@ from faust import StreamT
 from faust.types import EventT
 from pydantic import TypeAdapter, ValidationError
 
-from agents import handoff, replies
+from agents import handoff, policy, replies
 from agents.app import (
     app,
     deadletter_topic,
@@ -57,7 +57,7 @@ from app import metrics
 from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
-from app.routing.driver import Driver, Recalled
+from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
 from app.routing.state import BREAKER_GAUGE, RouteState
 from app.runtime import policy_holder
@@ -95,7 +95,9 @@ class Pipeline:
     #: When rows of each partition were last written (monotonic seconds).
     written_at: dict[int, float] = field(default_factory=dict)
     driver: Driver = field(
-        default_factory=lambda: Driver(_policy, max_recall_bytes=settings.recall_memory_bytes)
+        default_factory=lambda: Driver(
+            _policy, max_recall_bytes=settings.recall_memory_bytes, book=policy_holder().book
+        )
     )
     reader: LogReader | None = None
 
@@ -124,8 +126,17 @@ class Pipeline:
         route_name = route_of(parsed)
         started = time.perf_counter()
         self.driver.states[route_name] = self.state(route_name)
-        run = self.driver.steps(parsed, offset, raw)
-        step = await self._drive(run, route_name, partition, offset)
+        try:
+            step = await self._drive(
+                self.driver.steps(parsed, offset, raw), route_name, partition, offset
+            )
+        except UnknownPolicyVersion:
+            # A route handed over by a rebalance names a version this worker's follower
+            # has not read yet: read the policy topic, then fold.
+            await policy.follower().refresh()
+            step = await self._drive(
+                self.driver.steps(parsed, offset, raw), route_name, partition, offset
+            )
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
         replies.remember_event(parsed, step.dispatches)  # reply addresses, for errors
         sends = await _publish(step, _answered(parsed))

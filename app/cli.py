@@ -23,15 +23,19 @@ def _worker(_: argparse.Namespace) -> int:
 
     log_hygiene.install()  # before anything logs a record: values become their size
     _detect_fetch_holding()
-    from agents import executor, feedback, handoff, ingest, router, web
+    from agents import executor, feedback, handoff, ingest, policy, router, web
     from agents.app import SwitchyardWorker, settings
     from agents.app import app as faust_app
+    from app.policy_file import document_from_file
+    from app.policy_log import bootstrap
     from app.runtime import policy_holder
 
     # Importing them builds the Faust app and registers the agents, tables and views.
     registered = (executor, feedback, handoff, ingest, router, web)
     assert registered
     policy_holder().load()  # fail fast, with one clear line, on a bad providers file
+    document = document_from_file(settings.providers, settings.routing)
+    policy.adopt(asyncio.run(bootstrap(settings, document, policy_holder().book)))
     _make_data_dir(settings.data_dir)
     worker = SwitchyardWorker(faust_app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
@@ -209,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.audit.commands import register
 
     register(commands)  # replay, audit, export
+    from app.policy_commands import register as register_policy
+
+    register_policy(commands)  # policy apply, policy history
     _add_bench(commands)
     return parser
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -299,6 +300,13 @@ def _interpolate(value: Any, path: str, env: dict[str, str]) -> Any:
     return value
 
 
+def interpolate(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """``data`` with every ``${NAME}`` replaced from ``env`` (ConfigError naming the field
+    of a variable that is not set)."""
+    resolved: dict[str, Any] = _interpolate(data, "", dict(env))
+    return resolved
+
+
 def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
@@ -317,6 +325,15 @@ def parse_config(data: Any, env: dict[str, str] | None = None) -> RoutingConfig:
 
 
 def load_config(path: Path, env: dict[str, str] | None = None) -> RoutingConfig:
+    data = read_yaml(path)
+    try:
+        return parse_config(data, env)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """A providers file's YAML, or one ConfigError line (never the offending text)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -324,15 +341,11 @@ def load_config(path: Path, env: dict[str, str] | None = None) -> RoutingConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(
             f"{path} is not valid YAML{_yaml_where(exc)}: {_yaml_problem(exc)}"
         ) from None
-    try:
-        return parse_config(data, env)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _yaml_where(error: yaml.YAMLError) -> str:

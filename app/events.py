@@ -36,6 +36,7 @@ from app.contract.feedback import (
     FeedbackLabel,
     FeedbackSweep,
 )
+from app.contract.policy import PolicyChanged, PolicyDocument, PolicyProposed, PolicySource
 from app.contract.request import (
     ChatMessage,
     ChatRequest,
@@ -174,7 +175,8 @@ class GradeApplied(Envelope):
 
 
 RoutingLogEvent = Annotated[
-    RequestAccepted | AttemptFinished | RouteTick | GradeApplied, Field(discriminator="type")
+    RequestAccepted | AttemptFinished | RouteTick | GradeApplied | PolicyChanged,
+    Field(discriminator="type"),
 ]
 
 
@@ -209,6 +211,8 @@ class Decision(Envelope):
     candidates: list[Candidate]
     excluded: list[Exclusion]
     config_hash: str
+    #: The policy version in force on the route (issue 13; 0: none from the policy topic).
+    policy_version: int = 0
     #: Routing-log offset of the event this decision was computed at.
     state_version: int
     propensity: float
@@ -299,7 +303,9 @@ class DeadLetter(Envelope):
     original_base64: str
 
 
-def route_of(event: RequestAccepted | AttemptFinished | RouteTick | GradeApplied) -> str:
+def route_of(
+    event: RequestAccepted | AttemptFinished | RouteTick | GradeApplied | PolicyChanged,
+) -> str:
     """The route a routing-log event belongs to (its partition key)."""
     if isinstance(event, AttemptFinished):
         return event.outcome.route
@@ -313,6 +319,7 @@ PUBLIC_EVENTS: dict[str, type[BaseModel]] = {
     "response": Response,
     "deadletter": DeadLetter,
     "feedback": Feedback,
+    "policy_proposed": PolicyProposed,
 }
 INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
     "request_accepted": RequestAccepted,
@@ -322,6 +329,7 @@ INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
     "grade_applied": GradeApplied,
     "feedback_accepted": FeedbackAccepted,
     "feedback_sweep": FeedbackSweep,
+    "policy_changed": PolicyChanged,
 }
 
 __all__ = [
@@ -351,6 +359,10 @@ __all__ = [
     "GradeSource",
     "LogPosition",
     "Outcome",
+    "PolicyChanged",
+    "PolicyDocument",
+    "PolicyProposed",
+    "PolicySource",
     "ProviderPreferences",
     "ReplyTo",
     "RequestAccepted",

@@ -48,6 +48,9 @@ async def ensure_topics(settings: Settings) -> None:
             for name in public_topics(settings)
             if name not in existing
         ]
+        if settings.topics.policy not in existing:
+            # One partition: its order numbers the policy versions (issue 13).
+            wanted.append(NewTopic(settings.topics.policy, 1, settings.replication_factor))
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(wanted)

@@ -1,30 +1,72 @@
-"""The policy in force in this process, loaded once from ``providers.yaml``.
+"""The policy in force in this process.
 
-Held behind :class:`PolicyHolder` so that a later SIGHUP reload swaps it in one place.
+Before a worker follows the policy topic (issue 13), and in tools that never do,
+it is the providers file, read once. A worker's :class:`PolicyHolder` then holds
+the :class:`~app.routing.book.PolicyBook` of every version: the router folds each
+route with the version its state names (the same book), and the rest of the
+worker (ingest, executors, ticks, judges) uses the newest, with this worker's own
+literal API keys filled in.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from app.config import load_config
+from app.config import ProviderConfig, RoutingConfig, load_config
+from app.policy_file import with_local_keys
+from app.routing.book import PolicyBook
 from app.routing.policy import Policy
 from app.settings import get_settings
 
 
 class PolicyHolder:
     def __init__(self) -> None:
-        self._policy: Policy | None = None
+        self._file: Policy | None = None
+        self.book = PolicyBook()
+        self._keyed: dict[int, Policy] = {}
 
     @property
     def current(self) -> Policy:
-        if self._policy is None:
-            self._policy = self.load()
-        return self._policy
+        """The newest version (keys filled in), or the providers file before any."""
+        latest = self.book.latest()
+        return self._file_policy() if latest is None else self._with_keys(latest)
+
+    def version(self, number: int) -> Policy | None:
+        """Version ``number`` with keys filled in (None: unknown; 0: the file's policy)."""
+        if number == 0 and not self.book:
+            return self._file_policy()
+        known = self.book.get(number)
+        return None if known is None else self._with_keys(known)
+
+    def provider(self, provider_id: str, version: int) -> ProviderConfig | None:
+        """A provider as version ``version`` configured it, else as the newest does."""
+        for policy in (self.version(version), self.current):
+            found = None if policy is None else policy.config.provider_by_id.get(provider_id)
+            if found is not None:
+                return found
+        return None
 
     def load(self) -> Policy:
         settings = get_settings()
-        return Policy(config=load_config(settings.providers), params=settings.routing)
+        self._file = Policy(config=load_config(settings.providers), params=settings.routing)
+        return self._file
+
+    def _file_policy(self) -> Policy:
+        return self._file if self._file is not None else self.load()
+
+    def _local(self) -> RoutingConfig | None:
+        try:
+            return self._file_policy().config
+        except ValueError:
+            return None  # no readable file here: documents' ${VARIABLE} keys only
+
+    def _with_keys(self, policy: Policy) -> Policy:
+        keyed = self._keyed.get(policy.version)
+        if keyed is None:
+            config = with_local_keys(policy, self._local())
+            keyed = Policy(config=config, params=policy.params, version=policy.version)
+            self._keyed[policy.version] = keyed
+        return keyed
 
 
 @lru_cache(maxsize=1)

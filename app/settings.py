@@ -75,6 +75,9 @@ class Topics(BaseSettings):
     #: Internal: copies of responses for the gateways (issue 12), sent to the partition the
     #: request's ``reply_to`` names; each gateway reads only its own partition(s).
     replies: str = "switchyard.replies"
+    #: Proposed policies (issue 13), one partition: its order numbers the versions; the
+    #: relay copies each new version onto the routing log (agents/policy.py).
+    policy: str = "llm.policy"
 
 
 class RoutingParams(BaseSettings):

@@ -44,6 +44,7 @@ from app.events import (
     GradeApplied,
     LogPosition,
     Outcome,
+    PolicyChanged,
     RequestAccepted,
     Response,
     RouteTick,
@@ -53,7 +54,7 @@ from app.feedback import accept_feedback
 from app.settings import Topics
 
 E = TypeVar("E")
-RoutingEvent = RequestAccepted | AttemptFinished | RouteTick | GradeApplied
+RoutingEvent = RequestAccepted | AttemptFinished | RouteTick | GradeApplied | PolicyChanged
 STREAMS = ("routing", "decisions", "outcomes", "responses", "feedback")
 #: Streams a log may lack (the topic did not exist when it was recorded).
 OPTIONAL_STREAMS = frozenset({"feedback"})

@@ -32,8 +32,9 @@ from typing import TypeVar
 from app.audit.grades import check_grades
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
 from app.audit.replay_report import Mismatch, MismatchKind, ReplayReport, diff, render
-from app.events import AttemptFinished, Decision, Response
+from app.events import AttemptFinished, Decision, PolicyChanged, Response
 from app.routing.answers import answers, success_response
+from app.routing.book import PolicyBook
 from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.state import RouteState
@@ -48,6 +49,8 @@ class Rederived:
     #: Responses: the router answers every request from the fold.
     responses: list[Response] = field(default_factory=list)
     states: dict[str, RouteState] = field(default_factory=dict)
+    #: The policy versions the log carried, with their config hashes.
+    policy_versions: dict[int, str] = field(default_factory=dict)
     events: int = 0
     applied: int = 0
     skipped: int = 0
@@ -82,8 +85,13 @@ def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederive
 
 
 def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
+    """``policy`` folds a log that carries no policy version; one that does is folded
+    with the version in force at each position (issue 13), as the live router did."""
     result = Rederived()
-    driver = Driver(lambda: policy, states=result.states)
+    entries = list(entries)
+    book = policy_book(entries)
+    result.policy_versions = {v: p.config_hash for v, p in sorted(book.versions.items())}
+    driver = Driver(lambda: policy, states=result.states, book=book)
     for entry in entries:
         event = entry.event
         if event is None:
@@ -108,6 +116,16 @@ def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederiv
             result.responses.append(response)
             result.origin[id(response)] = where
     return result
+
+
+def policy_book(entries: Iterable[Entry[RoutingEvent]]) -> PolicyBook:
+    """Every policy version the routing log carries (before folding: a route that has
+    folded none yet uses the first)."""
+    book = PolicyBook()
+    for entry in entries:
+        if isinstance(entry.event, PolicyChanged):
+            book.add(entry.event.version, entry.event.document, entry.event.hash)
+    return book
 
 
 def _executor_copy(result: Rederived, event: RoutingEvent, where: tuple[int, int]) -> None:
@@ -147,6 +165,7 @@ def _replay(log: RecordedLog, policy: Policy, allow_pending: bool) -> ReplayRepo
     return ReplayReport(
         source=log.source,
         replay_config_hash=policy.config_hash,
+        policy_versions=again.policy_versions,
         recorded_config_hashes=dict(
             Counter(d.config_hash for copies in recorded.values() for d in copies)
         ),

@@ -61,6 +61,9 @@ class ReplayReport:
     allow_pending: bool = False
     grades: GradeCheck = field(default_factory=GradeCheck)
     states: dict[str, RouteState] = field(default_factory=dict, repr=False)
+    #: The policy versions the log carries (issue 13), with each one's config hash: the
+    #: replay folded each route with the version in force, not with its own policy.
+    policy_versions: dict[int, str] = field(default_factory=dict)
 
     def count(self, kind: MismatchKind, record: str = "decision") -> int:
         return sum(1 for m in self.mismatches if m.kind == kind and m.record == record)
@@ -81,7 +84,8 @@ class ReplayReport:
 
     @property
     def config_differs(self) -> bool:
-        return any(h != self.replay_config_hash for h in self.recorded_config_hashes)
+        used = {self.replay_config_hash, *self.policy_versions.values()}
+        return any(h not in used for h in self.recorded_config_hashes)
 
     def to_json(self, limit: int = 20) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class ReplayReport:
             "grades": self.grades.to_json(limit),
             "replay_config_hash": self.replay_config_hash,
             "recorded_config_hashes": self.recorded_config_hashes,
+            "policy_versions": {str(v): h for v, h in self.policy_versions.items()},
             "routing_events": self.events,
             "applied": self.applied,
             "skipped_duplicates": self.skipped,

@@ -167,6 +167,7 @@ def route(
         candidates=selection.candidates,
         excluded=selection.excluded,
         config_hash=policy.config_hash,
+        policy_version=policy.version,
         state_version=state.position,
         propensity=selection.propensity,
         selection_rule=selection.rule,

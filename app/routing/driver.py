@@ -27,7 +27,8 @@ from typing import cast
 
 from pydantic import TypeAdapter
 
-from app.events import RequestAccepted, RoutingLogEvent, route_of
+from app.events import PolicyChanged, RequestAccepted, RoutingLogEvent, route_of
+from app.routing.book import PolicyBook
 from app.routing.fold import Step, Want, handle, take, wanted
 from app.routing.policy import Policy
 from app.routing.state import RouteState
@@ -37,6 +38,11 @@ Recalled = tuple[int, RoutingLogEvent]
 
 class NotInMemory(LookupError):
     """A sync driver was asked for an event it does not hold (a bug in its caller)."""
+
+
+class UnknownPolicyVersion(LookupError):
+    """A route's state names a policy version the driver's book lacks (a live router
+    must read the policy topic before it folds)."""
 
 
 @dataclass
@@ -149,12 +155,35 @@ def _parsed(kept: RoutingLogEvent | bytes) -> RoutingLogEvent:
 
 @dataclass
 class Driver:
-    """Per route: the state and the recall memory, folded with one policy source."""
+    """Per route: the state and the recall memory, and the policy versions.
+
+    Each event is folded with the version its route's state names (issue 13), from
+    ``book``; ``policy`` is the one to use while the book is empty (a log that never
+    carried a policy: tests, benches, simulators).
+    """
 
     policy: Callable[[], Policy]
     states: dict[str, RouteState] = field(default_factory=dict)
     memory: dict[str, Recall] = field(default_factory=dict)
     max_recall_bytes: int | None = None
+    book: PolicyBook = field(default_factory=PolicyBook)
+
+    def policy_for(self, state: RouteState, event: RoutingLogEvent) -> Policy:
+        """The policy to fold ``event`` with on a route in ``state``."""
+        version = state.policy_version
+        if isinstance(event, PolicyChanged):
+            self.book.add(event.version, event.document, event.hash)
+            version = max(version, event.version)
+        if not self.book:
+            return self.policy()
+        if version == 0:
+            first = self.book.first()
+            assert first is not None
+            return first
+        policy = self.book.get(version)
+        if policy is None:
+            raise UnknownPolicyVersion(f"{route_of(event)}: policy version {version} is unknown")
+        return policy
 
     def state(self, route: str) -> RouteState:
         return self.states.get(route) or RouteState()
@@ -170,8 +199,8 @@ class Driver:
     ) -> Generator[Want, Recalled, Step]:
         """Fold one event and take what is ready; yield each recall memory cannot answer."""
         route = route_of(event)
-        policy = self.policy()
         before = self.state(route)
+        policy = self.policy_for(before, event)
         step = handle(before, event, position, policy)
         memory = self.recall(route)
         self._remember(memory, before, step.state, event, position, raw)

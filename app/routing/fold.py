@@ -22,7 +22,9 @@ no-op here, so a row written before its sends would lose them in a crash.
 An attempt still open when its request's deadline (plus a grace) has passed is
 closed with a ``lost`` error response all the same (a safety net: an outcome
 that never came back), so no accepted request goes unanswered.
-``RouteTick`` events move the clock on idle routes.
+``RouteTick`` events move the clock on idle routes. ``PolicyChanged`` switches the
+route to a new policy version at its position in the log (issue 13); the driver
+folds each event with the version the route's state names.
 
 Waiting (:mod:`app.routing.parking`): a new request whose candidates are busy
 waits in the log, with every later request of its route (the state counts them;
@@ -40,6 +42,7 @@ from app.events import (
     AttemptFinished,
     ErrorBody,
     GradeApplied,
+    PolicyChanged,
     RequestAccepted,
     Response,
     RouteTick,
@@ -89,6 +92,8 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     elif isinstance(event, GradeApplied):
         graded = apply_grade(state, event, policy)
         step = Step(state, applied=False) if graded is None else Step(graded)
+    elif isinstance(event, PolicyChanged):
+        step = _switch_policy(state, event)
     else:
         step = _finish(state, event, position, policy)
     if expired or overdue:
@@ -103,6 +108,14 @@ def _event_time(event: RoutingLogEvent) -> float:
     if isinstance(event, RequestAccepted) and event.ingested_at is not None:
         return max(when, epoch(event.ingested_at))
     return when
+
+
+def _switch_policy(state: RouteState, change: PolicyChanged) -> Step:
+    """From here on the route folds with ``change.version`` (issue 13). Deployments it
+    adds start fresh, removed ones stop being candidates; every arm's history stays."""
+    if change.version <= state.policy_version:
+        return Step(state)  # a copy the relay re-sent: the route already switched
+    return Step(evolve_route(state, policy_version=change.version))
 
 
 def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy: Policy) -> Step:

@@ -39,6 +39,9 @@ class Arm:
 class Policy:
     config: RoutingConfig
     params: RoutingParams = field(default_factory=RoutingParams)
+    #: Its version on the policy topic (issue 13); 0: a policy no event carried (a file
+    #: read directly, as tests, benches and simulators do).
+    version: int = 0
 
     @cached_property
     def breaker(self) -> BreakerParams:

@@ -52,6 +52,13 @@ def loads(data: bytes | str) -> RouteState:
 
 def to_row(state: RouteState) -> Row:
     """The state as plain JSON values (what the table stores)."""
+    row = _base_row(state)
+    if state.policy_version:  # issue 13; absent from rows of routes that never switched
+        row["policy_version"] = state.policy_version
+    return row
+
+
+def _base_row(state: RouteState) -> Row:
     return {
         "clock": state.clock,
         "position": state.position,
@@ -189,6 +196,7 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
             for key, p in (row.get("pacers") or {}).items()
         },
         recent_grades=[str(g) for g in row.get("recent_grades") or []],
+        policy_version=int(row.get("policy_version", 0)),
     )
 
 

@@ -217,6 +217,9 @@ class RouteState:
     #: Ids of the grades folded last (at most ``RECENT_GRADES``): a grade the matcher
     #: re-sent after a crash (same id) is counted once (app/routing/grading.py).
     recent_grades: list[str] = field(default_factory=list)
+    #: The policy version in force on the route (issue 13): the last ``policy.changed``
+    #: folded (0: none yet, the first version applies).
+    policy_version: int = 0
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)

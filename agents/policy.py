@@ -1,0 +1,118 @@
+"""Policy as events (issue 13): the relay, the follower and SIGHUP.
+
+* The relay (an agent on the one-partition policy topic, so one worker runs it)
+  copies each new version onto the routing log: one ``policy.changed`` per route
+  of the new or the previous version, keyed by route, so each route switches at
+  one position of its own log, on every worker, and replay sees the same. It
+  waits for the broker's acknowledgements before the proposal counts as relayed;
+  a crash re-relays, and a route folds a version once.
+* Every worker follows the topic (:class:`app.policy_log.PolicyFollower`), so its
+  book knows every version a route's state may name; the router folds
+  ``policy.changed`` itself and adds the document to the same book.
+* SIGHUP (seed 003) re-reads the providers file: valid, it is proposed; invalid,
+  one line naming the field is logged and the policy in force stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from faust import StreamT
+
+from agents.app import app, policy_topic, routing_topic, settings
+from app.config import ConfigError
+from app.events import PolicyChanged, derived_id
+from app.policy_file import document_from_file
+from app.policy_log import PolicyFollower, Version, proposal, propose
+from app.runtime import policy_holder
+
+log = logging.getLogger(__name__)
+#: How often a worker looks for versions it has not folded itself (seconds).
+FOLLOW_INTERVAL_S = 5.0
+_follower: PolicyFollower | None = None
+
+
+def follower() -> PolicyFollower:
+    """This worker's follower, sharing the holder's book (the router folds with it)."""
+    global _follower
+    if _follower is None:
+        _follower = PolicyFollower(settings, book=policy_holder().book)
+    return _follower
+
+
+def adopt(started: PolicyFollower) -> None:
+    """Go on from where the worker's start read the topic (in another event loop)."""
+    global _follower
+    _follower = PolicyFollower(
+        settings, book=started.book, versions=started.versions, next_offset=started.next_offset
+    )
+
+
+@app.agent(policy_topic)
+async def relay(stream: StreamT[bytes]) -> None:
+    async for event in stream.events():
+        offset = event.message.offset
+        await follower().through(offset)
+        version = follower().version_at(offset)
+        if version is not None:
+            await _relay(version)
+
+
+async def _relay(version: Version) -> None:
+    previous = follower().previous(version)
+    routes = set(_routes(version))
+    if previous is not None:
+        routes |= set(_routes(previous))
+    sends = []
+    for route in sorted(routes):
+        change = PolicyChanged(
+            id=derived_id("policy.changed", version.number, route),
+            occurred_at=version.proposal.occurred_at,
+            route=route,
+            version=version.number,
+            hash=version.proposal.hash,
+            document=version.proposal.document,
+            source=version.proposal.source,
+        )
+        sends.append(await routing_topic.send(key=route.encode(), value=change.model_dump_json()))
+    await asyncio.gather(*sends)
+    log.info("policy version %d relayed to %d route(s)", version.number, len(routes))
+
+
+def _routes(version: Version) -> list[str]:
+    policy = follower().book.get(version.number)
+    return [] if policy is None else policy.config.route_names()
+
+
+@app.timer(interval=FOLLOW_INTERVAL_S)  # type: ignore[untyped-decorator]
+async def follow() -> None:
+    await follower().refresh()
+
+
+@app.task  # type: ignore[untyped-decorator]
+async def reload_on_sighup() -> None:
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload)
+
+
+_reloads: set[asyncio.Future[bool]] = set()
+
+
+def _reload(*_: Any) -> None:
+    reload = asyncio.ensure_future(reload_file("sighup"))
+    _reloads.add(reload)
+    reload.add_done_callback(_reloads.discard)
+
+
+async def reload_file(source: Any = "sighup") -> bool:
+    """Propose the providers file; False (and one logged line) when it is invalid."""
+    try:
+        document = document_from_file(settings.providers, settings.routing)
+    except ConfigError as exc:
+        log.error("providers file not reloaded, the policy in force stays: %s", exc)
+        return False
+    await propose(settings, proposal(document, source))
+    log.info("providers file proposed as a new policy (%s)", source)
+    return True
