@@ -24,7 +24,7 @@ from faust import StreamT
 
 from agents.app import app, policy_topic, routing_topic, settings
 from app.config import ConfigError
-from app.events import PolicyChanged, derived_id
+from app.events import PolicyChanged, derived_id, ledger_key
 from app.policy_file import document_from_file
 from app.policy_log import PolicyFollower, Version, proposal, propose
 from app.runtime import policy_holder
@@ -83,8 +83,12 @@ async def _relay(version: Version) -> None:
 
 
 def _routes(version: Version) -> list[str]:
+    """The routing-log keys a version is relayed to: its routes and its budgets' ledgers."""
     policy = follower().book.get(version.number)
-    return [] if policy is None else policy.config.route_names()
+    if policy is None:
+        return []
+    ledgers = [ledger_key(budget.key) for budget in policy.config.budgets]
+    return policy.config.route_names() + ledgers
 
 
 @app.timer(interval=FOLLOW_INTERVAL_S)  # type: ignore[untyped-decorator]

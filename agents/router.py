@@ -146,6 +146,7 @@ class Pipeline:
         unwritten.append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
         _export_breakers(step)
+        _export_budget(route_name, step.state)
         metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
         metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
         if len(unwritten) < settings.router_batch_max and (more or self._wrote_lately(partition)):
@@ -281,6 +282,11 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
+    for record in step.records:  # budget asks, verdicts, settlements (issue 13 §3)
+        sent = await routing_topic.send(
+            key=route_of(record).encode(), value=record.model_dump_json()
+        )
+        pending.append(_future(sent))
     for response in step.responses:
         if response.request_id == answered and response.status == "ok":
             continue
@@ -316,6 +322,21 @@ def _answered(parsed: RoutingLogEvent) -> str | None:
 def _future(sent: object) -> asyncio.Future[Any]:
     """Faust's send returns a FutureMessage, an asyncio future resolved on delivery."""
     return cast("asyncio.Future[Any]", sent)
+
+
+def _export_budget(key: str, state: RouteState) -> None:
+    ledger = state.ledger
+    if ledger is None:
+        return
+    scope = key.removeprefix("budget:")
+    budget = policy_holder().current.config.budget_by_key.get(scope)
+    metrics.BUDGET_HELD_USD.labels(scope=scope).set(ledger.held)
+    for window, spent in (("day", ledger.day_usd), ("month", ledger.month_usd)):
+        metrics.BUDGET_SPENT_USD.labels(scope=scope, window=window).set(spent)
+        limit = None if budget is None else getattr(budget, f"usd_per_{window}")
+        if limit is not None:
+            remaining = limit - spent - ledger.held
+            metrics.BUDGET_REMAINING_USD.labels(scope=scope, window=window).set(remaining)
 
 
 def _export_breakers(step: Step) -> None:

@@ -181,6 +181,31 @@ class TenantPolicy(ProviderLists):
     cost_target_usd: float | None = Field(default=None, gt=0.0)
 
 
+class Budget(BaseModel):
+    """Issue 13 §3: USD a tenant, an API key (the gateway key's ``name``) or a route may
+    spend per UTC day and per month; requests beyond it are refused (``budget_exceeded``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: Literal["tenant", "key", "route"]
+    name: str = Field(min_length=1, max_length=200)
+    usd_per_day: float | None = Field(default=None, gt=0.0)
+    usd_per_month: float | None = Field(default=None, gt=0.0)
+    #: Output tokens an attempt is assumed to produce when the request sets no
+    #: ``max_tokens`` (its worst case is held until it ends).
+    default_max_tokens: int = Field(default=4096, ge=1)
+
+    @property
+    def key(self) -> str:
+        return f"{self.scope}:{self.name}"
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Budget:
+        if self.usd_per_day is None and self.usd_per_month is None:
+            raise ValueError(f"budget {self.key}: set usd_per_day and/or usd_per_month")
+        return self
+
+
 class Guardrails(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -210,6 +235,8 @@ class RoutingConfig(BaseModel):
     default_route: str = "chat"
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
     guardrails: Guardrails = Field(default_factory=Guardrails)
+    #: Issue 13 §3: spending limits, each folded in a ledger of its own.
+    budgets: list[Budget] = Field(default_factory=list)
     #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
     gateway_keys: list[GatewayKey] = Field(default_factory=list)
 
@@ -227,6 +254,13 @@ class RoutingConfig(BaseModel):
                 raise ValueError(f"routes.{name}.local_first.provider: unknown provider")
             if route.judge is not None:
                 self._check_judge(name, route.judge)
+        keys = [b.key for b in self.budgets]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"budgets: more than one budget for {', '.join(twice)}")
+        for budget in self.budgets:
+            if budget.scope == "route" and budget.name not in self.route_names():
+                raise ValueError(f"budgets: {budget.key} names no route")
         if self.routes and self.default_route not in self.routes:
             raise ValueError(f"default_route {self.default_route!r} is not a route")
         return self
@@ -251,6 +285,10 @@ class RoutingConfig(BaseModel):
         if not self.routes and route == self.default_route:
             return list(self.providers)
         return [self.provider_by_id[p] for p in self.routes[route].providers]
+
+    @cached_property
+    def budget_by_key(self) -> dict[str, Budget]:
+        return {b.key: b for b in self.budgets}
 
     def deployment_ids(self) -> list[str]:
         return [deployment_id(p.id, m.name) for p in self.providers for m in p.models]

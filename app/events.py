@@ -27,6 +27,7 @@ from app.contract.base import (
     LogPosition,
     derived_id,
 )
+from app.contract.budget import BudgetAsk, BudgetSettle, BudgetVerdict, ledger_key
 from app.contract.features import Features
 from app.contract.feedback import (
     LABEL_SCORES,
@@ -175,7 +176,14 @@ class GradeApplied(Envelope):
 
 
 RoutingLogEvent = Annotated[
-    RequestAccepted | AttemptFinished | RouteTick | GradeApplied | PolicyChanged,
+    RequestAccepted
+    | AttemptFinished
+    | RouteTick
+    | GradeApplied
+    | PolicyChanged
+    | BudgetAsk
+    | BudgetVerdict
+    | BudgetSettle,
     Field(discriminator="type"),
 ]
 
@@ -304,11 +312,23 @@ class DeadLetter(Envelope):
 
 
 def route_of(
-    event: RequestAccepted | AttemptFinished | RouteTick | GradeApplied | PolicyChanged,
+    event: RequestAccepted
+    | AttemptFinished
+    | RouteTick
+    | GradeApplied
+    | PolicyChanged
+    | BudgetAsk
+    | BudgetVerdict
+    | BudgetSettle,
 ) -> str:
-    """The route a routing-log event belongs to (its partition key)."""
+    """The route a routing-log event belongs to (its partition key); a budget's ledger
+    is a key of its own (app/contract/budget.py)."""
     if isinstance(event, AttemptFinished):
         return event.outcome.route
+    if isinstance(event, BudgetAsk):
+        return ledger_key(event.scope)
+    if isinstance(event, BudgetSettle):
+        return ledger_key(event.scope)
     return event.route
 
 
@@ -330,6 +350,9 @@ INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
     "feedback_accepted": FeedbackAccepted,
     "feedback_sweep": FeedbackSweep,
     "policy_changed": PolicyChanged,
+    "budget_ask": BudgetAsk,
+    "budget_verdict": BudgetVerdict,
+    "budget_settle": BudgetSettle,
 }
 
 __all__ = [
@@ -341,6 +364,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "_ID_NAMESPACE",
     "AttemptFinished",
+    "BudgetAsk",
+    "BudgetSettle",
+    "BudgetVerdict",
     "Candidate",
     "ChatMessage",
     "ChatRequest",
@@ -372,5 +398,6 @@ __all__ = [
     "RoutingOptions",
     "StatusClass",
     "derived_id",
+    "ledger_key",
     "route_of",
 ]

@@ -71,6 +71,21 @@ DECISIONS_BY_DOMAIN = Counter(
     ["domain", "candidate_filter"],
 )
 COST_USD = Counter("switchyard_cost_usd_total", "Provider cost in USD.", ["provider"])
+BUDGET_SPENT_USD = Gauge(
+    "switchyard_budget_spent_usd",
+    "A budget's spend in the current UTC day or month (issue 13), as its ledger folded it.",
+    ["scope", "window"],
+)
+BUDGET_REMAINING_USD = Gauge(
+    "switchyard_budget_remaining_usd",
+    "A budget's limit minus its spend and what it holds for attempts in flight.",
+    ["scope", "window"],
+)
+BUDGET_HELD_USD = Gauge(
+    "switchyard_budget_held_usd",
+    "Worst-case cost a budget holds for attempts in flight.",
+    ["scope"],
+)
 JUDGE = Counter(
     "switchyard_judge_total",
     "The built-in judge (issue 10 §6) by result: answers requested, not_sampled, self, "

@@ -54,6 +54,9 @@ class ChatRequest(BaseModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     session_id: str | None = None
     tenant: str | None = None
+    #: The API key's name (the gateway sets it from its key's ``name``; never the key):
+    #: its budget applies (issue 13 §3).
+    key_name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     routing: RoutingOptions | None = None
     provider: ProviderPreferences | None = None

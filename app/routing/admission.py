@@ -14,6 +14,7 @@ from dataclasses import replace
 from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
 from app.routing import parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
+from app.routing.budget_route import ask_first
 from app.routing.candidates import plan_candidates, tenant_policy
 from app.routing.context import level_index
 from app.routing.learning import pacers, prepare
@@ -110,6 +111,9 @@ def route(
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
         )
+    asked = ask_first(state, accepted, attempt, tried, policy, carrier=carrier, waits=waits)
+    if asked is not None:
+        return asked  # parked until every budget holds its worst case (issue 13 §3)
     learning = prepare(state, accepted, attempt, policy)
     selection = select(state, plan, request_id, attempt, tried, policy, learning)
     arms = {**state.arms, **selection.arms}

@@ -40,6 +40,9 @@ from typing import Literal
 
 from app.events import (
     AttemptFinished,
+    BudgetAsk,
+    BudgetSettle,
+    BudgetVerdict,
     ErrorBody,
     GradeApplied,
     PolicyChanged,
@@ -48,6 +51,7 @@ from app.events import (
     RouteTick,
     RoutingLogEvent,
 )
+from app.routing import budget
 from app.routing.admission import LOST_ATTEMPT_GRACE_S, route, take_request
 from app.routing.answers import (
     at,
@@ -58,10 +62,19 @@ from app.routing.answers import (
     error_response,
     final_response,
 )
+from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
 from app.routing.feedback import apply_outcome
 from app.routing.grading import apply_grade
 from app.routing.policy import Policy
-from app.routing.state import NEW_ARM, Line, RouteState, attempt_key, evolve_arm, evolve_route
+from app.routing.state import (
+    NEW_ARM,
+    Ledger,
+    Line,
+    RouteState,
+    attempt_key,
+    evolve_arm,
+    evolve_route,
+)
 from app.routing.steps import Step
 
 __all__ = [
@@ -93,12 +106,42 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         graded = apply_grade(state, event, policy)
         step = Step(state, applied=False) if graded is None else Step(graded)
     elif isinstance(event, PolicyChanged):
-        step = _switch_policy(state, event)
+        step = _switch_policy(state, event, policy)
+    elif isinstance(event, BudgetAsk | BudgetSettle):
+        step = _ledger(state, event, policy)
+    elif isinstance(event, BudgetVerdict):
+        step = on_verdict(state, event)
     else:
         step = _finish(state, event, position, policy)
     if expired or overdue:
-        return Step(step.state, step.dispatches, expired + overdue + step.responses, step.applied)
-    return step
+        step = Step(
+            step.state,
+            step.dispatches,
+            expired + overdue + step.responses,
+            step.applied,
+            step.records,
+        )
+    route_name = event.outcome.route if isinstance(event, AttemptFinished) else event.route
+    return _give_back(step, route_name)
+
+
+def _give_back(step: Step, route_name: str) -> Step:
+    """Budget holds of requests this step answered without a call left to settle them."""
+    state, records = give_back_answered(step.state, route_name, step.responses)
+    if not records:
+        return step
+    return Step(state, step.dispatches, step.responses, step.applied, step.records + records)
+
+
+def _ledger(state: RouteState, event: BudgetAsk | BudgetSettle, policy: Policy) -> Step:
+    """A budget's own key (issue 13 §3): hold or queue an ask, count a settlement."""
+    ledger = state.ledger or Ledger()
+    limits = policy.config.budget_by_key.get(event.scope)
+    if isinstance(event, BudgetAsk):
+        ledger, records = budget.ask(ledger, event, limits, state.clock)
+    else:
+        ledger, records = budget.settle(ledger, event, limits, state.clock)
+    return Step(evolve_route(state, ledger=ledger), records=records)
 
 
 def _event_time(event: RoutingLogEvent) -> float:
@@ -110,12 +153,19 @@ def _event_time(event: RoutingLogEvent) -> float:
     return when
 
 
-def _switch_policy(state: RouteState, change: PolicyChanged) -> Step:
+def _switch_policy(state: RouteState, change: PolicyChanged, policy: Policy) -> Step:
     """From here on the route folds with ``change.version`` (issue 13). Deployments it
-    adds start fresh, removed ones stop being candidates; every arm's history stays."""
+    adds start fresh, removed ones stop being candidates; every arm's history stays. A
+    budget's ledger serves the asks a new limit lets it hold."""
     if change.version <= state.policy_version:
         return Step(state)  # a copy the relay re-sent: the route already switched
-    return Step(evolve_route(state, policy_version=change.version))
+    state = evolve_route(state, policy_version=change.version)
+    if state.ledger is None or not state.ledger.waiting:
+        return Step(state)
+    scope = change.route.removeprefix("budget:")
+    limits = policy.config.budget_by_key.get(scope)
+    ledger, records = budget.serve_waiting(state.ledger, limits, state.clock)
+    return Step(evolve_route(state, ledger=ledger), records=records)
 
 
 def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy: Policy) -> Step:
@@ -258,6 +308,19 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
     state = evolve_route(
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
+    state, settled = settle_attempt(
+        state, outcome.route, outcome.request_id, outcome.attempt, outcome.cost_usd
+    )
+    step = _answer_or_retry(state, event, position, policy)
+    if not settled:
+        return step
+    return Step(step.state, step.dispatches, step.responses, step.applied, settled + step.records)
+
+
+def _answer_or_retry(
+    state: RouteState, event: AttemptFinished, position: int, policy: Policy
+) -> Step:
+    outcome = event.outcome
     last_try = outcome.attempt >= policy.max_attempts(outcome.route)
     if event.retry is None or outcome.final or last_try:
         return Step(state, responses=[final_response(event, state.clock)])
@@ -283,5 +346,6 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
             responses=[
                 error_response(outcome.request_id, outcome.attempt, step.state.clock, error)
             ],
+            records=step.records,
         )
     return step

@@ -26,6 +26,8 @@ from app.routing.state import (
     Breaker,
     BreakerPhase,
     Evidence,
+    Hold,
+    Ledger,
     Line,
     OpenAttempt,
     Pacer,
@@ -33,6 +35,7 @@ from app.routing.state import (
     Recent,
     RouteState,
     Sums,
+    Waiting,
 )
 from app.understanding.guardrails import RateWindow, TenantWindow
 
@@ -53,9 +56,47 @@ def loads(data: bytes | str) -> RouteState:
 def to_row(state: RouteState) -> Row:
     """The state as plain JSON values (what the table stores)."""
     row = _base_row(state)
-    if state.policy_version:  # issue 13; absent from rows of routes that never switched
+    # Issue 13; each absent from rows that never had one (older rows read the same).
+    if state.policy_version:
         row["policy_version"] = state.policy_version
+    if state.holds:
+        row["holds"] = {
+            key: {"scopes": list(h.scopes), "amount": h.amount, "granted": h.granted}
+            for key, h in state.holds.items()
+        }
+    if state.ledger is not None:
+        row["ledger"] = _ledger_row(state.ledger)
     return row
+
+
+def _ledger_row(ledger: Ledger) -> Row:
+    return {
+        "day": ledger.day,
+        "day_usd": ledger.day_usd,
+        "month": ledger.month,
+        "month_usd": ledger.month_usd,
+        "holds": dict(ledger.holds),
+        "waiting": [
+            [w.request_id, w.attempt, w.route, w.amount, list(w.scopes), w.index, w.deadline]
+            for w in ledger.waiting
+        ],
+    }
+
+
+def _ledger(row: Mapping[str, Any] | None) -> Ledger | None:
+    if row is None:
+        return None
+    return Ledger(
+        day=str(row["day"]),
+        day_usd=float(row["day_usd"]),
+        month=str(row["month"]),
+        month_usd=float(row["month_usd"]),
+        holds={k: float(v) for k, v in row["holds"].items()},
+        waiting=tuple(
+            Waiting(str(r), int(a), str(route), float(m), tuple(s), int(i), float(d))
+            for r, a, route, m, s, i, d in row["waiting"]
+        ),
+    )
 
 
 def _base_row(state: RouteState) -> Row:
@@ -197,6 +238,11 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
         },
         recent_grades=[str(g) for g in row.get("recent_grades") or []],
         policy_version=int(row.get("policy_version", 0)),
+        holds={
+            key: Hold(tuple(h["scopes"]), float(h["amount"]), bool(h["granted"]))
+            for key, h in (row.get("holds") or {}).items()
+        },
+        ledger=_ledger(row.get("ledger")),
     )
 
 

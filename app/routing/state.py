@@ -169,6 +169,47 @@ class Parked:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """On a route: an attempt under budgets (issue 13 §3), asked for or held by every
+    ledger in ``scopes``; settled with its cost when it ends, given back otherwise."""
+
+    scopes: tuple[str, ...]
+    amount: float
+    granted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """On a ledger: an ask it could hold once attempts in flight settle (first come,
+    first served); given up at the request's deadline."""
+
+    request_id: str
+    attempt: int
+    route: str
+    amount: float
+    scopes: tuple[str, ...]
+    index: int
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """A budget's spend in the current UTC day and month, and what it holds for
+    attempts in flight (by ``request_id#attempt``)."""
+
+    day: str = ""
+    day_usd: float = 0.0
+    month: str = ""
+    month_usd: float = 0.0
+    holds: dict[str, float] = field(default_factory=dict)
+    waiting: tuple[Waiting, ...] = ()
+
+    @property
+    def held(self) -> float:
+        return sum(self.holds.values())
+
+
+@dataclass(frozen=True, slots=True)
 class Line:
     """Requests of this route that wait in the routing log itself, in arrival order.
 
@@ -220,6 +261,10 @@ class RouteState:
     #: The policy version in force on the route (issue 13): the last ``policy.changed``
     #: folded (0: none yet, the first version applies).
     policy_version: int = 0
+    #: Attempts under budgets (issue 13 §3), by ``request_id#attempt``.
+    holds: dict[str, Hold] = field(default_factory=dict)
+    #: On a budget's own key (``budget:SCOPE``): its ledger; None on a route.
+    ledger: Ledger | None = None
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)

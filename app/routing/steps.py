@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from app.events import Dispatch, Response
+from app.events import Dispatch, Response, RoutingLogEvent
 from app.routing.state import ArmState, RouteState
 
 
@@ -15,6 +15,9 @@ class Step:
     responses: list[Response] = field(default_factory=list)
     #: False when the event was a duplicate and changed nothing but the clock.
     applied: bool = True
+    #: Routing-log events to send, each keyed by its own route (budget asks, verdicts
+    #: and settlements: issue 13 §3).
+    records: list[RoutingLogEvent] = field(default_factory=list)
 
     def then(self, later: Step) -> Step:
         """This step followed by ``later`` (taken from the state this one left)."""
@@ -23,6 +26,7 @@ class Step:
             self.dispatches + later.dispatches,
             self.responses + later.responses,
             self.applied,
+            self.records + later.records,
         )
 
 

@@ -1,0 +1,197 @@
+"""A route's side of budgets (issue 13 §3): ask before deciding, settle when done.
+
+An attempt of a request under budgets (its route's, its tenant's, its API
+key's) is parked before it is decided, and its worst-case cost asked of each
+ledger in turn (:mod:`app.routing.budget`). Held by all, it is decided like any
+other (it may still wait for a deployment); refused by one, the request is
+answered ``budget_exceeded`` (429, not worth retrying) and the ledgers that held
+it get it back. When the attempt ends, every ledger is told what it cost. An
+answered request's holds that no attempt will settle (no call was made: a
+deadline, a refusal, a lost attempt) are given back at cost 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.events import (
+    BudgetAsk,
+    BudgetSettle,
+    BudgetVerdict,
+    ErrorBody,
+    RequestAccepted,
+    Response,
+    RoutingLogEvent,
+    derived_id,
+)
+from app.routing.answers import at, deadline_of, error_response
+from app.routing.policy import Policy
+from app.routing.state import Hold, Parked, RouteState, attempt_key
+from app.routing.steps import Step
+
+#: A parked attempt waiting for a verdict is looked at again only when one comes.
+NO_LOOK = 1e18
+
+
+def scopes_of(accepted: RequestAccepted, policy: Policy) -> tuple[str, ...]:
+    """The budgets a request is under, in the order they are asked."""
+    budgets = policy.config.budget_by_key
+    if not budgets:
+        return ()
+    request = accepted.request
+    wanted = [f"route:{accepted.route}"]
+    if request.tenant is not None:
+        wanted.append(f"tenant:{request.tenant}")
+    if request.key_name is not None:
+        wanted.append(f"key:{request.key_name}")
+    return tuple(scope for scope in wanted if scope in budgets)
+
+
+def worst_case_usd(accepted: RequestAccepted, policy: Policy, scopes: tuple[str, ...]) -> float:
+    """An attempt's cost at most: every prompt character a token, ``max_tokens`` (else
+    the budgets' default) output tokens, at the dearest deployment's prices."""
+    arms = policy.arms(accepted.route)
+    if not arms:
+        return 0.0
+    input_price = max(arm.provider.cost_per_mtok_input for arm in arms)
+    output_price = max(arm.provider.cost_per_mtok_output for arm in arms)
+    budgets = policy.config.budget_by_key
+    output_tokens = accepted.request.max_tokens or max(
+        budgets[scope].default_max_tokens for scope in scopes
+    )
+    return (accepted.prompt_chars * input_price + output_tokens * output_price) / 1_000_000
+
+
+def ask_first(
+    state: RouteState,
+    accepted: RequestAccepted,
+    attempt: int,
+    tried: list[str],
+    policy: Policy,
+    *,
+    carrier: int,
+    waits: int,
+) -> Step | None:
+    """Park the attempt and ask the first ledger, unless every ledger already holds it
+    (None: decide it now)."""
+    scopes = scopes_of(accepted, policy)
+    request_id = accepted.request.request_id
+    key = attempt_key(request_id, attempt)
+    hold = state.holds.get(key)
+    if not scopes or (hold is not None and hold.granted):
+        return None
+    amount = worst_case_usd(accepted, policy, scopes)
+    deadline = deadline_of(accepted, policy)
+    parked = Parked(
+        request_id=request_id,
+        attempt=attempt,
+        carrier=carrier,
+        deadline=deadline,
+        tried=list(tried),
+        retry_at=NO_LOOK,
+        waits=waits,
+    )
+    state = replace(
+        state,
+        parked={**state.parked, key: parked},
+        holds={**state.holds, key: Hold(scopes, amount)},
+    )
+    first = BudgetAsk(
+        id=derived_id("budget.ask", request_id, attempt, 0),
+        occurred_at=at(state.clock),
+        route=accepted.route,
+        request_id=request_id,
+        attempt=attempt,
+        amount_usd=amount,
+        scopes=list(scopes),
+        index=0,
+        deadline=deadline,
+    )
+    return Step(state, records=[first])
+
+
+def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
+    """Held: the parked attempt is looked at now. Refused: answered ``budget_exceeded``."""
+    key = attempt_key(verdict.request_id, verdict.attempt)
+    hold, parked = state.holds.get(key), state.parked.get(key)
+    if hold is None or parked is None or hold.granted:
+        # Answered meanwhile (its deadline), or a copy: give back what is held.
+        return Step(state, records=_give_back(state, verdict, verdict.scopes))
+    if verdict.granted:
+        return Step(
+            replace(
+                state,
+                holds={**state.holds, key: replace(hold, granted=True)},
+                parked={**state.parked, key: replace(parked, retry_at=state.clock)},
+            )
+        )
+    error = ErrorBody(
+        type="budget_exceeded",
+        message=f"budget {verdict.denied_by} cannot cover this request ({verdict.reason})",
+        code="budget_exceeded",
+        http_status=429,
+    )
+    state = replace(
+        state,
+        holds={k: v for k, v in state.holds.items() if k != key},
+        parked={k: v for k, v in state.parked.items() if k != key},
+    )
+    response = error_response(verdict.request_id, verdict.attempt - 1, state.clock, error)
+    return Step(state, responses=[response], records=_give_back(state, verdict, verdict.scopes))
+
+
+def settle_attempt(
+    state: RouteState, route: str, request_id: str, attempt: int, cost_usd: float
+) -> tuple[RouteState, list[RoutingLogEvent]]:
+    """An attempt ended: every ledger holding it learns its cost."""
+    key = attempt_key(request_id, attempt)
+    hold = state.holds.get(key)
+    if hold is None:
+        return state, []
+    holds = {k: v for k, v in state.holds.items() if k != key}
+    records = [_settle(state, route, request_id, attempt, s, cost_usd) for s in hold.scopes]
+    return replace(state, holds=holds), list(records)
+
+
+def give_back_answered(
+    state: RouteState, route: str, responses: list[Response]
+) -> tuple[RouteState, list[RoutingLogEvent]]:
+    """Holds of answered requests that no open attempt will settle: given back."""
+    if not state.holds or not responses:
+        return state, []
+    answered = {r.request_id for r in responses}
+    done = sorted(
+        key
+        for key in state.holds
+        if key.rpartition("#")[0] in answered and key not in state.open_attempts
+    )
+    records: list[RoutingLogEvent] = []
+    for key in done:
+        request_id, _, number = key.rpartition("#")
+        for scope in state.holds[key].scopes:
+            records.append(_settle(state, route, request_id, int(number), scope, 0.0))
+    holds = {k: v for k, v in state.holds.items() if k not in done}
+    return replace(state, holds=holds), records
+
+
+def _give_back(
+    state: RouteState, verdict: BudgetVerdict, scopes: list[str]
+) -> list[RoutingLogEvent]:
+    return [
+        _settle(state, verdict.route, verdict.request_id, verdict.attempt, scope, 0.0)
+        for scope in scopes
+    ]
+
+
+def _settle(
+    state: RouteState, route: str, request_id: str, attempt: int, scope: str, cost: float
+) -> BudgetSettle:
+    return BudgetSettle(
+        id=derived_id("budget.settle", request_id, attempt, scope),
+        occurred_at=at(state.clock),
+        scope=scope,
+        route=route,
+        request_id=request_id,
+        attempt=attempt,
+        cost_usd=cost,
+    )
