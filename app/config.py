@@ -23,6 +23,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from app.config_access import Budget as Budget
+from app.config_access import GatewayKey as GatewayKey
+from app.route_graph import DynamicRoutes, GraphError
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 #: Seed 000's COST_PER_1M table ($ per 1M tokens), resolved by provider-id prefix.
@@ -181,50 +185,11 @@ class TenantPolicy(ProviderLists):
     cost_target_usd: float | None = Field(default=None, gt=0.0)
 
 
-class Budget(BaseModel):
-    """Issue 13 §3: USD a tenant, an API key (the gateway key's ``name``) or a route may
-    spend per UTC day and per month; requests beyond it are refused (``budget_exceeded``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scope: Literal["tenant", "key", "route"]
-    name: str = Field(min_length=1, max_length=200)
-    usd_per_day: float | None = Field(default=None, gt=0.0)
-    usd_per_month: float | None = Field(default=None, gt=0.0)
-    #: Output tokens an attempt is assumed to produce when the request sets no
-    #: ``max_tokens`` (its worst case is held until it ends).
-    default_max_tokens: int = Field(default=4096, ge=1)
-
-    @property
-    def key(self) -> str:
-        return f"{self.scope}:{self.name}"
-
-    @model_validator(mode="after")
-    def _some_limit(self) -> Budget:
-        if self.usd_per_day is None and self.usd_per_month is None:
-            raise ValueError(f"budget {self.key}: set usd_per_day and/or usd_per_month")
-        return self
-
-
 class Guardrails(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     #: Requests containing one of these words are refused without a provider call.
     forbidden_keywords: list[str] = Field(default_factory=list)
-
-
-class GatewayKey(BaseModel):
-    """A Bearer API key of the gateway (issue 12), stored as its SHA-256: never the key."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    #: The tenant its requests are made for (its preset, rate limit and budget apply).
-    tenant: str | None = None
-    #: A label for logs and metrics (never the key or its hash).
-    name: str = Field(default="key", max_length=100)
-    #: The routes (``model`` aliases) it may use; None: all (403 otherwise).
-    routes: list[str] | None = None
 
 
 class RoutingConfig(BaseModel):
@@ -237,6 +202,8 @@ class RoutingConfig(BaseModel):
     guardrails: Guardrails = Field(default_factory=Guardrails)
     #: Issue 13 §3: spending limits, each folded in a ledger of its own.
     budgets: list[Budget] = Field(default_factory=list)
+    #: Issue 13 §2 (seed 004): graphs bound to tenants and API keys (app/route_graph.py).
+    dynamic_routes: DynamicRoutes = Field(default_factory=lambda: DynamicRoutes({}))
     #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
     gateway_keys: list[GatewayKey] = Field(default_factory=list)
 
@@ -261,9 +228,23 @@ class RoutingConfig(BaseModel):
         for budget in self.budgets:
             if budget.scope == "route" and budget.name not in self.route_names():
                 raise ValueError(f"budgets: {budget.key} names no route")
+        if self.dynamic_routes.root:
+            self._check_dynamic_routes()
         if self.routes and self.default_route not in self.routes:
             raise ValueError(f"default_route {self.default_route!r} is not a route")
         return self
+
+    def _check_dynamic_routes(self) -> None:
+        from app.understanding.domains import DOMAIN_ORDER  # it imports this module
+
+        try:
+            self.dynamic_routes.check_references(
+                targets={*self.route_names(), *self.deployment_ids()},
+                providers={p.id for p in self.providers},
+                domains={*DOMAIN_ORDER, "general"},
+            )
+        except GraphError as exc:
+            raise ValueError(f"dynamic_routes.{exc}") from None
 
     def _check_judge(self, route: str, judge: JudgeConfig) -> None:
         where = f"routes.{route}.judge.deployment"

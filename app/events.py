@@ -28,6 +28,7 @@ from app.contract.base import (
     derived_id,
 )
 from app.contract.budget import BudgetAsk, BudgetSettle, BudgetVerdict, ledger_key
+from app.contract.dynamic import DynamicTrace
 from app.contract.features import Features
 from app.contract.feedback import (
     LABEL_SCORES,
@@ -62,6 +63,8 @@ class RequestAccepted(Envelope):
     features: Features | None = None
     #: ``provider:model`` when ``model`` pinned a deployment (seed 004).
     pinned: str | None = None
+    #: Set once a dynamic route (issue 13 §2) was walked for it: what it decided.
+    dynamic: DynamicTrace | None = None
     #: ``nitro`` or ``floor`` when ``model`` carried a routing suffix.
     suffix: str | None = None
     #: Why ``model`` could not be read, when it could not.
@@ -221,6 +224,8 @@ class Decision(Envelope):
     config_hash: str
     #: The policy version in force on the route (issue 13; 0: none from the policy topic).
     policy_version: int = 0
+    #: Issue 13 §2: the dynamic route's path and target, when one applied.
+    dynamic: DynamicTrace | None = None
     #: Routing-log offset of the event this decision was computed at.
     state_version: int
     propensity: float
@@ -373,6 +378,7 @@ __all__ = [
     "DeadLetter",
     "Decision",
     "Dispatch",
+    "DynamicTrace",
     "Envelope",
     "ErrorBody",
     "Exclusion",

@@ -17,6 +17,7 @@ from app.routing.answers import at, backoff_s, deadline_error, deadline_of, erro
 from app.routing.budget_route import ask_first
 from app.routing.candidates import plan_candidates, tenant_policy
 from app.routing.context import level_index
+from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
 from app.routing.select import select
@@ -43,7 +44,7 @@ def take_request(
     """Route a new request (at routing-log ``position``), or say it must wait in the log."""
     source = f"{accepted.source.topic}:{accepted.source.partition}"
     copy = accepted.source.offset <= state.accepted_through.get(source, -1)
-    first = attempt_key(accepted.request.request_id, 1)
+    first = attempt_key(accepted.request.request_id, first_attempt(accepted))
     if copy or first in state.open_attempts or first in state.parked:
         return Step(state, applied=False)
     marks = {**state.accepted_through, source: accepted.source.offset}
@@ -86,7 +87,23 @@ def _admit(
                 http_status=429,
             )
             return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
-    return route(state, accepted, 1, [], policy, carrier=position, on_line=True)
+    state, steered = steer(state, accepted, position, policy)
+    if isinstance(steered, Step):
+        return steered  # refused or forwarded by its dynamic route (issue 13 §2)
+    taken = route(
+        state, steered, first_attempt(steered), [], policy, carrier=position, on_line=True
+    )
+    if isinstance(taken, Step) and taken.responses and not taken.dispatches:
+        fallback = fall_back(taken.state, steered, taken.responses[0], position, policy)
+        if fallback is not None:
+            return fallback
+    return taken
+
+
+def first_attempt(accepted: RequestAccepted) -> int:
+    """The number of a request's first attempt on this route: a fallback model's
+    attempts number on from those made before (issue 13 §2)."""
+    return 1 + (accepted.dynamic.attempt_base if accepted.dynamic is not None else 0)
 
 
 def route(
@@ -144,7 +161,10 @@ def route(
     open_attempts = {
         **state.open_attempts,
         attempt_key(request_id, attempt): OpenAttempt(
-            deployment=chosen.deployment, decided_at=state.clock, deadline=deadline
+            deployment=chosen.deployment,
+            decided_at=state.clock,
+            deadline=deadline,
+            budget_nodes=tuple(accepted.dynamic.budget_nodes) if accepted.dynamic else (),
         ),
     }
     expiry = deadline + LOST_ATTEMPT_GRACE_S
@@ -172,6 +192,7 @@ def route(
         excluded=selection.excluded,
         config_hash=policy.config_hash,
         policy_version=policy.version,
+        dynamic=accepted.dynamic,
         state_version=state.position,
         propensity=selection.propensity,
         selection_rule=selection.rule,

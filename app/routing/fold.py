@@ -52,7 +52,7 @@ from app.events import (
     RoutingLogEvent,
 )
 from app.routing import budget
-from app.routing.admission import LOST_ATTEMPT_GRACE_S, route, take_request
+from app.routing.admission import LOST_ATTEMPT_GRACE_S, first_attempt, route, take_request
 from app.routing.answers import (
     at,
     backoff_s,
@@ -63,6 +63,7 @@ from app.routing.answers import (
     final_response,
 )
 from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
+from app.routing.dynamic import count_spend, fall_back
 from app.routing.feedback import apply_outcome
 from app.routing.grading import apply_grade
 from app.routing.policy import Policy
@@ -303,15 +304,20 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
     if key not in state.open_attempts:
         return Step(state, applied=False)
     open_attempts = dict(state.open_attempts)  # a C copy, then one out: the same order
-    del open_attempts[key]
+    finished_attempt = open_attempts.pop(key)
     arm = apply_outcome(state.arm(outcome.deployment), outcome, state.clock, policy)
     state = evolve_route(
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
+    state = count_spend(state, finished_attempt.budget_nodes, outcome.cost_usd, policy)
     state, settled = settle_attempt(
         state, outcome.route, outcome.request_id, outcome.attempt, outcome.cost_usd
     )
     step = _answer_or_retry(state, event, position, policy)
+    if event.retry is not None and step.responses and not step.dispatches:
+        fallback = fall_back(step.state, event.retry, step.responses[0], position, policy)
+        if fallback is not None:
+            step = Step(fallback.state, records=step.records + fallback.records)
     if not settled:
         return step
     return Step(step.state, step.dispatches, step.responses, step.applied, settled + step.records)
@@ -321,7 +327,8 @@ def _answer_or_retry(
     state: RouteState, event: AttemptFinished, position: int, policy: Policy
 ) -> Step:
     outcome = event.outcome
-    last_try = outcome.attempt >= policy.max_attempts(outcome.route)
+    made = outcome.attempt - (first_attempt(event.retry) - 1 if event.retry else 0)
+    last_try = made >= policy.max_attempts(outcome.route)
     if event.retry is None or outcome.final or last_try:
         return Step(state, responses=[final_response(event, state.clock)])
     if state.clock >= deadline_of(event.retry, policy):

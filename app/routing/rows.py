@@ -66,6 +66,17 @@ def to_row(state: RouteState) -> Row:
         }
     if state.ledger is not None:
         row["ledger"] = _ledger_row(state.ledger)
+    if state.node_counts.tenants:
+        row["node_counts"] = {k: [w.index, w.count] for k, w in state.node_counts.tenants.items()}
+    if state.node_spend:
+        row["node_spend"] = {k: [p, usd] for k, (p, usd) in state.node_spend.items()}
+    return row
+
+
+def _open_row(a: OpenAttempt) -> Row:
+    row: Row = {"deployment": a.deployment, "decided_at": a.decided_at, "deadline": a.deadline}
+    if a.budget_nodes:
+        row["budget_nodes"] = list(a.budget_nodes)
     return row
 
 
@@ -104,10 +115,7 @@ def _base_row(state: RouteState) -> Row:
         "clock": state.clock,
         "position": state.position,
         "arms": {key: _arm_row(arm) for key, arm in state.arms.items()},
-        "open_attempts": {
-            key: {"deployment": a.deployment, "decided_at": a.decided_at, "deadline": a.deadline}
-            for key, a in state.open_attempts.items()
-        },
+        "open_attempts": {key: _open_row(a) for key, a in state.open_attempts.items()},
         "accepted_through": dict(state.accepted_through),
         "expiry_check_at": state.expiry_check_at,
         "rate": {
@@ -213,6 +221,7 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
                 deployment=a["deployment"],
                 decided_at=float(a["decided_at"]),
                 deadline=float(a["deadline"]),
+                budget_nodes=tuple(a.get("budget_nodes", ())),
             )
             for key, a in (row.get("open_attempts") or {}).items()
         },
@@ -243,6 +252,13 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
             for key, h in (row.get("holds") or {}).items()
         },
         ledger=_ledger(row.get("ledger")),
+        node_counts=RateWindow(
+            {
+                k: TenantWindow(int(i), int(c))
+                for k, (i, c) in (row.get("node_counts") or {}).items()
+            }
+        ),
+        node_spend={k: (str(p), float(u)) for k, (p, u) in (row.get("node_spend") or {}).items()},
     )
 
 

@@ -145,6 +145,8 @@ class OpenAttempt:
     decided_at: float
     #: The request's deadline (epoch seconds): no executor calls the provider after it.
     deadline: float
+    #: Dynamic routes' budget nodes its request passed (their spend counts its cost).
+    budget_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +267,10 @@ class RouteState:
     holds: dict[str, Hold] = field(default_factory=dict)
     #: On a budget's own key (``budget:SCOPE``): its ledger; None on a route.
     ledger: Ledger | None = None
+    #: Dynamic routes' rate nodes (issue 13 §2): requests per window, by
+    #: ``graph/node/subject``; and their budget nodes' spend: (period, USD).
+    node_counts: RateWindow = field(default_factory=RateWindow)
+    node_spend: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)

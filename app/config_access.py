@@ -1,0 +1,46 @@
+"""Who may spend what: the gateway's API keys and the budgets (parts of providers.yaml)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Budget(BaseModel):
+    """Issue 13 §3: USD a tenant, an API key (the gateway key's ``name``) or a route may
+    spend per UTC day and per month; requests beyond it are refused (``budget_exceeded``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: Literal["tenant", "key", "route"]
+    name: str = Field(min_length=1, max_length=200)
+    usd_per_day: float | None = Field(default=None, gt=0.0)
+    usd_per_month: float | None = Field(default=None, gt=0.0)
+    #: Output tokens an attempt is assumed to produce when the request sets no
+    #: ``max_tokens`` (its worst case is held until it ends).
+    default_max_tokens: int = Field(default=4096, ge=1)
+
+    @property
+    def key(self) -> str:
+        return f"{self.scope}:{self.name}"
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Budget:
+        if self.usd_per_day is None and self.usd_per_month is None:
+            raise ValueError(f"budget {self.key}: set usd_per_day and/or usd_per_month")
+        return self
+
+
+class GatewayKey(BaseModel):
+    """A Bearer API key of the gateway (issue 12), stored as its SHA-256: never the key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    #: The tenant its requests are made for (its preset, rate limit and budget apply).
+    tenant: str | None = None
+    #: A label for logs and metrics (never the key or its hash).
+    name: str = Field(default="key", max_length=100)
+    #: The routes (``model`` aliases) it may use; None: all (403 otherwise).
+    routes: list[str] | None = None
