@@ -8,11 +8,14 @@ worker does (``switchyard worker``: app/cli.py imports the agents): nothing unde
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import faust
 
 from app.compat import tansu
+from app.embedded.lifetime import exit_after
+from app.kafka import faust_security
 from app.settings import Settings, get_settings
 from app.web_auth import faust_web_options
 
@@ -36,6 +39,8 @@ def build_app(settings: Settings) -> faust.App:
         web_port=settings.web_port,
         web_in_thread=False,
         **faust_web_options(settings),
+        # SASL/TLS (SWITCHYARD_KAFKA_*): the consumers, producers and admin client Faust builds.
+        **faust_security(settings),
         producer_linger_ms=1,
         # Room for the largest request's envelopes (Settings.max_record_bytes): Faust's
         # default, 1,000,000, refused a valid 999.7 KB request's RequestAccepted.
@@ -66,6 +71,14 @@ class SwitchyardWorker(faust.Worker):
         super().__init__(*args, **kwargs)
         self.spinner = None
 
+    def _schedule_shutdown(self, signal: signal.Signals) -> None:
+        """SIGTERM or SIGINT: a clean stop (offsets committed, tables flushed) if the broker
+        answers, and an exit ``shutdown_timeout_s`` after the signal whatever happens (a
+        stopped broker holds a commit or a flush for its whole request timeout)."""
+        limit = settings.shutdown_timeout_s
+        exit_after(limit, f"stopping took over {limit:g}s")
+        super()._schedule_shutdown(signal)
+
 
 def table_store_options(settings: Settings) -> dict[str, Any]:
     """Options for ``app.Table`` (``Settings.rocksdb_*``): a new dict each call (faust's
@@ -94,4 +107,6 @@ outcomes_topic = _topic(settings.topics.outcomes)
 responses_topic = _topic(settings.topics.responses)
 deadletter_topic = _topic(settings.topics.deadletter)
 #: One partition: its order numbers the policy versions (issue 13).
-policy_topic = app.topic(settings.topics.policy, key_type=bytes, value_type=bytes, partitions=1)
+policy_topic = app.topic(
+    settings.topics.policy, key_type=bytes, value_type=bytes, partitions=1
+)

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS
 from app.events import RequestAccepted, RoutingLogEvent, route_of
+from app.kafka import client_security
 from app.routing.driver import Recall, Recalled
 from app.routing.fold import Want
 
@@ -77,6 +78,7 @@ class LogReader:
                 group_id=None,
                 fetch_max_wait_ms=self.fetch_wait_ms,
                 max_partition_fetch_bytes=4 * 1024 * 1024,
+                **client_security(),
             )
             await consumer.start()
             self._consumer = consumer

@@ -1,7 +1,9 @@
-"""The worker's HTTP views: Prometheus ``/metrics``, seed 000's bandit statistics, traces.
+"""The worker's HTTP views: Prometheus ``/metrics``, the probes ``/healthz`` and ``/readyz``,
+seed 000's bandit statistics, traces.
 
 None of them carries prompt or completion text. Who may read them: app/web_auth.py
-(``/metrics`` open; everything under ``/admin`` behind ``SWITCHYARD_ADMIN_TOKEN``).
+(the probes open; ``/metrics`` open unless ``SWITCHYARD_METRICS_TOKEN`` is set; everything
+under ``/admin`` behind ``SWITCHYARD_ADMIN_TOKEN``).
 """
 
 from __future__ import annotations
@@ -10,17 +12,41 @@ from typing import Any, cast
 
 from faust import web
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from agents.app import app, settings
+from agents.observe import RecordSensor, WorkerCollector, readiness
 from app.kafka import bootstrap_servers
 from app.routing.state import RouteState
-from app.web_auth import admin_gate, admin_token
+from app.web_auth import admin_gate, admin_token, metrics_token
 from tables.routing import all_route_states
 
 # Before the server starts (aiohttp freezes its middlewares then): it covers Faust's own
 # views too, whatever registers them.
-cast(AiohttpWeb, app.web).web_app.middlewares.append(admin_gate(admin_token(settings)))
+cast(AiohttpWeb, app.web).web_app.middlewares.append(
+    admin_gate(admin_token(settings), metrics_token(settings))
+)
+app.sensors.add(RecordSensor(settings.topics))
+REGISTRY.register(WorkerCollector(app, all_route_states))
+
+
+@app.page("/healthz")
+class HealthView(web.View):
+    """Alive: the worker's event loop answers (503 once it is stopping)."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        if app.should_stop:
+            return self.json({"status": "stopping"}, status=503)
+        return self.json({"status": "ok"})
+
+
+@app.page("/readyz")
+class ReadyView(web.View):
+    """Ready: partitions assigned and tables recovered (503 with the phase otherwise)."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        ready, phase = readiness(app)
+        return self.json({"status": phase}, status=200 if ready else 503)
 
 
 @app.page("/metrics")

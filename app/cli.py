@@ -9,13 +9,19 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from app.config import ConfigError
 from app.settings import SETTINGS_MODELS, Strategy, describe_error, get_settings
+
+if TYPE_CHECKING:
+    from app.embedded.local_model import LocalModelServer
+    from app.embedded.local_providers import LocalModelChoice
+    from app.embedded.simulated import SimulatedProviders
 
 
 def _worker(_: argparse.Namespace) -> int:
@@ -77,8 +83,57 @@ def _demo(args: argparse.Namespace) -> int:
     from app import demo
 
     get_settings()  # a bad SWITCHYARD_* setting: one line, before anything starts
+    local = _local_choice(args)
+    # A 135M model on 2 CPU cores answers about one 250-token request a second: less load.
+    requests = args.requests if args.requests is not None else (30 if local else 500)
+    rate = args.rate if args.rate is not None else (0.5 if local else 40.0)
     return demo.main(
-        args.requests, args.rate, args.seed, args.json, args.timeout, args.strategy, args.export
+        requests, rate, args.seed, args.json, args.timeout, args.strategy, args.export, local
+    )
+
+
+def _local_choice(args: argparse.Namespace) -> LocalModelChoice | None:
+    """``--local-model``'s choice, or None; a missing package is a one-line error."""
+    if not args.local_model:
+        return None
+    from app.embedded.local_model import missing_reason
+    from app.embedded.local_providers import LocalModelChoice
+
+    reason = missing_reason()
+    if reason is not None:
+        raise ConfigError(f"--local-model: {reason}")
+    return LocalModelChoice(threshold=args.local_threshold, judge_sample_rate=args.local_judge)
+
+
+def _local_stack(
+    choice: LocalModelChoice | None,
+) -> tuple[list[LocalModelServer], Callable[[SimulatedProviders], str] | None]:
+    """``EmbeddedStack``'s ``local_models`` and ``providers_yaml`` for ``choice``."""
+    if choice is None:
+        return [], None
+    from app.embedded.local_providers import local_stack
+
+    return local_stack(choice)
+
+
+def _add_local_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--local-model",
+        action="store_true",
+        help="also run SmolLM2-135M on llama-server, asked first (local-first)",
+    )
+    parser.add_argument(
+        "--local-threshold",
+        type=float,
+        default=0.75,
+        help="keep the local answer at this confidence or above (default 0.75)",
+    )
+    parser.add_argument(
+        "--local-judge",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="with --local-model: the local model grades this share of answers (default 0)",
     )
 
 
@@ -86,6 +141,7 @@ def _up(args: argparse.Namespace) -> int:
     from app.embedded.stack import EmbeddedStack
 
     get_settings()  # a bad SWITCHYARD_* setting: one line, before anything starts
+    local_models, providers_yaml = _local_stack(_local_choice(args))
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -94,14 +150,21 @@ def _up(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, stop.set)
         from app.gateway.run import LOCAL_KEY, add_local_key, start_gateway
 
-        async with EmbeddedStack(seed=args.seed) as stack:
+        async with EmbeddedStack(
+            seed=args.seed, local_models=local_models, providers_yaml=providers_yaml
+        ) as stack:
             add_local_key(stack.providers_file, args.api_key or LOCAL_KEY)
             gateway = await start_gateway(stack.gateway_settings(args.gateway_port))
             print(f"broker={stack.broker.bootstrap}", flush=True)
+            for worker in stack.workers:  # /metrics, /healthz, /readyz, /admin
+                print(f"web={worker.web_url}", flush=True)
             print(f"gateway={gateway.url}/v1", flush=True)
             print(f"api_key={'(--api-key)' if args.api_key else LOCAL_KEY}", flush=True)
             for provider_id, url in stack.providers.base_urls().items():
                 print(f"provider {provider_id} {url}", flush=True)
+            for local_model in stack.local_models:
+                name = "local_judge" if local_model.options.grammar else "local_model"
+                print(f"{name}={local_model.base_url}", flush=True)
             print(f"providers file {stack.providers_file}", flush=True)
             print("worker running; Ctrl-C to stop", flush=True)
             while not stop.is_set() and all(w.running for w in stack.workers):
@@ -109,7 +172,9 @@ def _up(args: argparse.Namespace) -> int:
                     await asyncio.wait_for(stop.wait(), timeout=0.5)
             if not stop.is_set():
                 print("worker exited", file=sys.stderr)
-            await gateway.stop()
+            # Bounded: a broker that no longer answers holds the gateway's producer (10 s in all).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gateway.stop(), timeout=1.0)
 
     asyncio.run(run())
     return 0
@@ -151,6 +216,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "feedback": ("bench.feedback_storm", "10,000 feedback (a third bad) with live traffic: lost"),
     "scaleout": ("bench.scaleout", "workers join and leave under traffic; replay; 2 workers vs 1"),
     "gateway": ("bench.gateway", "the gateway's added latency and saturation vs the mock direct"),
+    "local_model": (
+        "bench.local_model",
+        "SmolLM2-135M on llama-server: tokens/s, local-first hits",
+    ),
 }
 
 
@@ -181,8 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=_worker)
 
     demo = commands.add_parser("demo", help="run the whole path on the embedded stack")
-    demo.add_argument("--requests", type=int, default=500)
-    demo.add_argument("--rate", type=float, default=40.0, help="requests per second")
+    demo.add_argument(
+        "--requests", type=int, default=None, help="default 500 (30 with --local-model)"
+    )
+    demo.add_argument(
+        "--rate", type=float, default=None, help="requests per second: 40 (0.5 with --local-model)"
+    )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--timeout", type=float, default=150.0, help="seconds before giving up")
     demo.add_argument("--json", action="store_true", help="also print one JSON summary line")
@@ -190,12 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--export", type=Path, default=None, help="write the recorded log here before stopping"
     )
+    _add_local_model_flags(demo)
     demo.set_defaults(run=_demo)
 
     up = commands.add_parser("up", help="run the embedded stack in the foreground")
     up.add_argument("--seed", type=int, default=0)
     up.add_argument("--gateway-port", type=int, default=0, help="the gateway's port (0: any)")
     up.add_argument("--api-key", default=None, help="the gateway's API key (default: printed)")
+    _add_local_model_flags(up)
     up.set_defaults(run=_up)
 
     gateway = commands.add_parser(

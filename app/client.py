@@ -15,12 +15,15 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.kafka import client_security
 
 
 class RequestPublisher:
     def __init__(self, bootstrap: str, topic: str = "llm.requests") -> None:
         self.topic = topic
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, linger_ms=2, **client_security()
+        )
 
     async def start(self) -> RequestPublisher:
         await self._producer.start()
@@ -50,6 +53,7 @@ class TopicFollower:
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             fetch_max_bytes=max(52_428_800, max_partition_fetch_bytes),
+            **client_security(),
         )
 
     async def start(self) -> TopicFollower:

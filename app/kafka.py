@@ -1,13 +1,95 @@
-"""Plain aiokafka helpers for everything that is not a Faust agent (CLI, demo, tests)."""
+"""Plain aiokafka helpers for everything that is not a Faust agent (CLI, demo, tests).
+
+``client_security`` is the one place Kafka security (SASL, TLS: ``SWITCHYARD_KAFKA_*``,
+app/kafka_security.py) becomes client arguments: every ``AIOKafkaProducer``,
+``AIOKafkaConsumer`` and ``AIOKafkaAdminClient`` the project builds passes
+``**client_security()``, and the Faust app ``**faust_security(settings)``
+(tests/test_kafka_security.py checks every construction site).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ssl
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.helpers import create_ssl_context
 
-from app.settings import Settings
+from app.config import ConfigError
+from app.kafka_security import KafkaSecurity
+from app.settings import Settings, get_settings
+
+
+def ssl_context(security: KafkaSecurity) -> ssl.SSLContext:
+    """The TLS context of ``SWITCHYARD_KAFKA_SSL_*`` (system CAs unless a CA file is named)."""
+    password = security.ssl_key_password.get_secret_value() if security.ssl_key_password else None
+    try:
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=security.ssl_cafile,
+            certfile=security.ssl_certfile,
+            keyfile=security.ssl_keyfile,
+            password=password,
+        )
+    except (OSError, ssl.SSLError) as exc:  # the message names no secret, only what failed
+        failed = type(exc).__name__
+        raise ConfigError(f"SWITCHYARD_KAFKA_SSL_*: cannot load the TLS files ({failed})") from None
+    context.check_hostname = security.ssl_check_hostname
+    return context
+
+
+def _checked(settings: Settings | None) -> KafkaSecurity:
+    security = (settings or get_settings()).kafka_security
+    problems = security.problems()
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return security
+
+
+def client_security(settings: Settings | None = None) -> dict[str, Any]:
+    """aiokafka keyword arguments for ``SWITCHYARD_KAFKA_*`` (none for plaintext).
+
+    ``settings``: the process's settings unless given.
+    """
+    security = _checked(settings)
+    protocol = security.security_protocol
+    if not protocol.uses_sasl and not protocol.uses_tls:
+        return {}
+    kwargs: dict[str, Any] = {"security_protocol": protocol.value}
+    if protocol.uses_tls:
+        kwargs["ssl_context"] = ssl_context(security)
+    if protocol.uses_sasl:
+        assert security.sasl_password is not None  # _checked
+        kwargs["sasl_mechanism"] = security.sasl_mechanism.value
+        kwargs["sasl_plain_username"] = security.sasl_username
+        kwargs["sasl_plain_password"] = security.sasl_password.get_secret_value()
+    return kwargs
+
+
+#: The name app/analytics/sink.py looks up.
+client_security_kwargs = client_security
+
+
+def faust_security(settings: Settings) -> dict[str, Any]:
+    """``faust.App`` keyword arguments for the same security (``broker_credentials``)."""
+    import faust
+
+    security = _checked(settings)
+    protocol = security.security_protocol
+    context = ssl_context(security) if protocol.uses_tls else None
+    if protocol.uses_sasl:
+        assert security.sasl_password is not None  # _checked
+        credentials: Any = faust.SASLCredentials(
+            username=security.sasl_username,
+            password=security.sasl_password.get_secret_value(),
+            ssl_context=context,
+            mechanism=security.sasl_mechanism.value,
+        )
+        return {"broker_credentials": credentials}
+    if context is not None:
+        return {"broker_credentials": faust.SSLCredentials(context)}
+    return {}
 
 
 def bootstrap_servers(broker_url: str) -> str:
@@ -39,7 +121,9 @@ def public_topics(settings: Settings) -> list[str]:
 
 async def ensure_topics(settings: Settings) -> None:
     """Create the topics the worker reads and writes, with the configured partition count."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers(settings.broker))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers(settings.broker), **client_security(settings)
+    )
     await admin.start()
     try:
         existing = set(await admin.list_topics())

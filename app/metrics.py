@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CIRCUIT_BREAKER_STATE = Gauge(
     "ai_circuit_breaker_state",
@@ -93,3 +96,60 @@ JUDGE = Counter(
     "error (a judge step that went wrong, the answer unaffected).",
     ["result"],
 )
+
+# -- Issue 16 §1: what the dashboard (ops/grafana/) needs beyond the agents' own counters.
+# Observed by a Faust sensor (agents/observe.py), for every record, without reading it.
+RECORD_AGE = Histogram(
+    "switchyard_record_age_seconds",
+    "Time from a record's write (its Kafka timestamp) to a worker reading it, by stream "
+    "(requests, routing, dispatch, ...): the hops the router adds before a provider call.",
+    ["stream"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0),
+)
+DEADLETTERS = Counter(
+    "switchyard_deadletters_total",
+    "Records a worker sent to the dead-letter topic (ingest and feedback; reasons of "
+    "requests in switchyard_requests_total).",
+)
+
+#: Collected when ``/metrics`` is read (agents/observe.py), from the consumer's positions and
+#: the route-state rows this worker holds: (name, help).
+CONSUMER_LAG = (
+    "switchyard_consumer_lag",
+    "Records of an assigned partition not yet read by this worker (high watermark minus "
+    "position), by topic and partition.",
+)
+DEPLOYMENT_BREAKER = (
+    "switchyard_deployment_breaker_state",
+    "Breaker state per route and deployment (provider:model) as of the route's last written "
+    "row: 0 CLOSED, 1 HALF_OPEN, 2 OPEN.",
+)
+DEPLOYMENT_ATTEMPTS = (
+    "switchyard_deployment_attempts",
+    "Finished attempts per route and deployment (the bandit's pulls) in the route's state "
+    "(a counter: its rate is the deployment's share of traffic).",
+)
+#: Names of the series the scrape-time collector exports (dashboard checks).
+COLLECTED_NAMES = frozenset(
+    {CONSUMER_LAG[0], DEPLOYMENT_BREAKER[0], DEPLOYMENT_ATTEMPTS[0] + "_total"}
+)
+
+
+def consumer_lag_family(lags: Iterable[tuple[str, int, int]]) -> GaugeMetricFamily:
+    """``(topic, partition, lag)`` rows as the ``switchyard_consumer_lag`` gauge."""
+    family = GaugeMetricFamily(*CONSUMER_LAG, labels=["topic", "partition"])
+    for topic, partition, lag in lags:
+        family.add_metric([topic, str(partition)], float(lag))
+    return family
+
+
+def deployment_families(
+    rows: Iterable[tuple[str, str, float, int]],
+) -> tuple[GaugeMetricFamily, CounterMetricFamily]:
+    """``(route, deployment, breaker gauge value, attempts)`` rows: a gauge and a counter."""
+    breaker = GaugeMetricFamily(*DEPLOYMENT_BREAKER, labels=["route", "deployment"])
+    attempts = CounterMetricFamily(*DEPLOYMENT_ATTEMPTS, labels=["route", "deployment"])
+    for route, deployment, state, pulls in rows:
+        breaker.add_metric([route, deployment], state)
+        attempts.add_metric([route, deployment], float(pulls))
+    return breaker, attempts

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
 from app.contract.policy import PolicyDocument, PolicyProposed, PolicySource
 from app.events import derived_id
-from app.kafka import bootstrap_servers, ensure_topics
+from app.kafka import bootstrap_servers, client_security, ensure_topics
 from app.routing.book import PolicyBook, document_hash
 from app.settings import Settings
 
@@ -68,6 +68,7 @@ async def propose(settings: Settings, proposed: PolicyProposed) -> None:
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers(settings.broker),
         max_request_size=settings.producer_max_request_size,
+        **client_security(settings),
     )
     await producer.start()
     try:
@@ -154,6 +155,7 @@ async def _read_from(settings: Settings, start: int) -> list[tuple[int, bytes]]:
         enable_auto_commit=False,
         group_id=None,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        **client_security(settings),
     )
     await consumer.start()
     try:

@@ -16,6 +16,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.kafka_security import KafkaSecurity
+
 #: Defaults of ``max_json_depth`` and ``max_int_digits`` (app/ingest.py takes them too).
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_INT_DIGITS = 100
@@ -214,6 +216,12 @@ class Settings(BaseSettings):
     #: ``Authorization: Bearer`` token of every HTTP view but ``/metrics`` and ``/``; unset:
     #: those views are served to loopback clients only. Never logged.
     admin_token: SecretStr | None = None
+    #: ``Authorization: Bearer`` token of ``/metrics`` (issue 16 §4): unset, ``/metrics`` is
+    #: open (the admin token is accepted too when both are set). Never logged.
+    metrics_token: SecretStr | None = None
+    #: A worker stopped by SIGTERM or SIGINT commits what it can, then exits this long after
+    #: the signal whatever the broker's state (app/embedded/lifetime.py).
+    shutdown_timeout_s: float = Field(default=7.0, gt=0.0, le=300.0)
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
     #: Provider calls one worker's executors run at once. An attempt counts against its
@@ -281,6 +289,8 @@ class Settings(BaseSettings):
     gateway_lookup_window: int = Field(default=50_000, ge=1)
 
     topics: Topics = Field(default_factory=Topics)
+    #: SASL and TLS of every Kafka client (``SWITCHYARD_KAFKA_*``, app/kafka_security.py).
+    kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     routing: RoutingParams = Field(default_factory=RoutingParams)
 
     @field_validator("data_dir")
@@ -321,7 +331,11 @@ class Settings(BaseSettings):
 
 def describe_error(error: ValidationError) -> str:
     """One line naming each bad setting by its environment variable, without its value."""
-    prefix = {"Topics": "SWITCHYARD_TOPIC_", "Settings": "SWITCHYARD_"}.get(error.title, "")
+    prefix = {
+        "Topics": "SWITCHYARD_TOPIC_",
+        "Settings": "SWITCHYARD_",
+        "KafkaSecurity": "SWITCHYARD_KAFKA_",
+    }.get(error.title, "")
     parts = []
     for item in error.errors():
         name = str(item["loc"][0]) if item["loc"] else "(settings)"
@@ -333,7 +347,7 @@ def describe_error(error: ValidationError) -> str:
 
 
 #: The setting models, whose validation errors ``describe_error`` explains.
-SETTINGS_MODELS = frozenset({"Settings", "Topics", "RoutingParams"})
+SETTINGS_MODELS = frozenset({"Settings", "Topics", "RoutingParams", "KafkaSecurity"})
 
 
 @lru_cache(maxsize=1)

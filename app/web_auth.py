@@ -1,14 +1,17 @@
 """Who may read the worker's HTTP views (issue 17 §4).
 
-* ``/metrics`` and ``/`` (Faust's ``{"status": "OK"}`` index) are open: Prometheus
-  scrapes without credentials and a liveness probe needs none. Neither carries
-  request content (``/metrics`` has counters with provider, status and reason labels).
+* ``/``, ``/healthz`` and ``/readyz`` are open: probes need no credentials, and they
+  answer only ``{"status": ...}``.
+* ``/metrics`` is open unless ``SWITCHYARD_METRICS_TOKEN`` is set; then it needs
+  ``Authorization: Bearer <SWITCHYARD_METRICS_TOKEN>`` (or the admin token), 401 otherwise.
+  It carries no request content (counters with provider, status and reason labels).
 * Every other path (``/admin/*``, and Faust's ``/table/*`` and ``/router/*`` when
   ``SWITCHYARD_WEB_BUILTIN_VIEWS`` turns them on) needs ``Authorization: Bearer
   <SWITCHYARD_ADMIN_TOKEN>`` when a token is set (401 otherwise), and is served only
   to loopback clients when none is (403 to anyone else).
 
-The token is compared in constant time and never echoed, logged or counted.
+Tokens are compared in constant time and never echoed, logged or counted; a refusal is
+the same for a missing, a malformed and a wrong token.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from app.config import ConfigError
 from app.settings import Settings
 
 #: Paths served to anyone.
-OPEN_PATHS = frozenset({"/", "/metrics"})
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz"})
+#: Served to anyone unless ``SWITCHYARD_METRICS_TOKEN`` is set.
+METRICS_PATH = "/metrics"
 
 
 def faust_web_options(settings: Settings) -> dict[str, Any]:
@@ -46,7 +51,15 @@ def faust_web_options(settings: Settings) -> dict[str, Any]:
 
 def admin_token(settings: Settings) -> SecretStr | None:
     """The token in force: an empty ``SWITCHYARD_ADMIN_TOKEN`` counts as unset."""
-    token = settings.admin_token
+    return _set(settings.admin_token)
+
+
+def metrics_token(settings: Settings) -> SecretStr | None:
+    """``/metrics``' token: an empty ``SWITCHYARD_METRICS_TOKEN`` counts as unset."""
+    return _set(settings.metrics_token)
+
+
+def _set(token: SecretStr | None) -> SecretStr | None:
     return token if token is not None and token.get_secret_value() else None
 
 
@@ -72,24 +85,36 @@ def bearer_matches(header: str | None, token: SecretStr) -> bool:
     return scheme.lower() == "bearer" and same
 
 
-def admin_gate(token: SecretStr | None) -> Middleware:
-    """An aiohttp middleware enforcing the policy above."""
+def unauthorized(setting: str) -> web.Response:
+    """401, naming the setting whose token to send: nothing about what was sent."""
+    return web.json_response(
+        {"error": f"unauthorized: send Authorization: Bearer <{setting}>"},
+        status=401,
+        headers={"WWW-Authenticate": 'Bearer realm="switchyard"'},
+    )
 
-    if token is not None and not token.get_secret_value():
-        token = None  # an empty token would match "Bearer " alone
+
+def admin_gate(token: SecretStr | None, metrics: SecretStr | None = None) -> Middleware:
+    """An aiohttp middleware enforcing the policy above (``metrics``: ``/metrics``' token)."""
+
+    token, metrics = _set(token), _set(metrics)  # an empty token would match "Bearer " alone
 
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        if token is not None:
-            if bearer_matches(request.headers.get("Authorization"), token):
+        header = request.headers.get("Authorization")
+        if request.path == METRICS_PATH:
+            if metrics is None:
                 return await handler(request)
-            return web.json_response(
-                {"error": "unauthorized: send Authorization: Bearer <SWITCHYARD_ADMIN_TOKEN>"},
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="switchyard"'},
-            )
+            as_admin = token is not None and bearer_matches(header, token)
+            if bearer_matches(header, metrics) or as_admin:
+                return await handler(request)
+            return unauthorized("SWITCHYARD_METRICS_TOKEN")
+        if token is not None:
+            if bearer_matches(header, token):
+                return await handler(request)
+            return unauthorized("SWITCHYARD_ADMIN_TOKEN")
         if is_loopback(request.remote):
             return await handler(request)
         return web.json_response(

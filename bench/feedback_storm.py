@@ -105,8 +105,13 @@ async def _send(
     """Send at ``rate``; (partition/offset metadata, send time) per record."""
     from aiokafka import AIOKafkaProducer
 
+    from app.kafka import client_security
+
     producer = AIOKafkaProducer(
-        bootstrap_servers=stack.broker.bootstrap, linger_ms=2, max_request_size=1 << 20
+        bootstrap_servers=stack.broker.bootstrap,
+        linger_ms=2,
+        max_request_size=1 << 20,
+        **client_security(),
     )
     await producer.start()
     rng = random.Random(len(values))

@@ -95,8 +95,13 @@ async def _publish(stack: EmbeddedStack, records: list[Record]) -> list[tuple[Re
     """Send each record at its moment; (record, its partition and offset, send time)."""
     from aiokafka import AIOKafkaProducer
 
+    from app.kafka import client_security
+
     producer = AIOKafkaProducer(
-        bootstrap_servers=stack.broker.bootstrap, linger_ms=2, max_request_size=8 << 20
+        bootstrap_servers=stack.broker.bootstrap,
+        linger_ms=2,
+        max_request_size=8 << 20,
+        **client_security(),
     )
     await producer.start()
     sent: list[tuple[Record, Any, float]] = []

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from app.embedded.lifetime import DEADLINE_EXIT_CODE
+
 pytestmark = pytest.mark.broker
 
 STARTER = """
@@ -41,3 +43,23 @@ def test_a_broker_dies_with_the_process_that_started_it() -> None:
     while alive(broker_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(broker_pid)
+
+
+BLOCKED = """
+import threading, time
+from app.embedded.lifetime import exit_after
+exit_after(0.3, "test deadline")
+exit_after(60, "a second call changes nothing")
+threading.Event().wait()  # blocked for good, as a loop waiting on a stopped broker
+"""
+
+
+def test_exit_after_ends_a_blocked_process_at_its_deadline() -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=30
+    )
+    took = time.monotonic() - started
+    assert done.returncode == DEADLINE_EXIT_CODE
+    assert "switchyard: test deadline: exiting now" in done.stderr
+    assert took < 5

@@ -93,3 +93,65 @@ def test_the_token_does_not_show_in_the_settings() -> None:
     settings = Settings(admin_token=TOKEN)
     assert TOKEN.get_secret_value() not in repr(settings)
     assert TOKEN.get_secret_value() not in str(settings.model_dump())
+
+
+METRICS = SecretStr("metrics-token-for-tests")
+
+
+async def metrics_status(
+    token: SecretStr | None, metrics: SecretStr | None, authorization: str | None = None
+) -> tuple[int, str]:
+    reply = await admin_gate(token, metrics)(
+        request("/metrics", remote="10.0.0.7", authorization=authorization), ok
+    )
+    assert isinstance(reply, web.Response)
+    return reply.status, reply.text or ""
+
+
+async def test_metrics_are_open_unless_a_metrics_token_is_set() -> None:
+    assert (await metrics_status(TOKEN, None))[0] == 200
+    assert (await metrics_status(None, SecretStr("")))[0] == 200  # empty: unset
+    secret = METRICS.get_secret_value()
+    refusals = [
+        await metrics_status(TOKEN, METRICS, authorization)
+        for authorization in (None, "Bearer wrong", f"Basic {secret}", f"Bearer {secret}x")
+    ]
+    # 401, and the same answer whatever was sent: nothing tells a guess from a missing header.
+    assert {status for status, _ in refusals} == {401}
+    assert len({text for _, text in refusals}) == 1
+    assert "SWITCHYARD_METRICS_TOKEN" in refusals[0][1] and secret not in refusals[0][1]
+    assert (await metrics_status(TOKEN, METRICS, f"Bearer {secret}"))[0] == 200
+    admin = f"Bearer {TOKEN.get_secret_value()}"
+    assert (await metrics_status(TOKEN, METRICS, admin))[0] == 200  # the admin token too
+    assert (await metrics_status(None, METRICS, admin))[0] == 401
+    # The metrics token opens /metrics only.
+    reply = await admin_gate(TOKEN, METRICS)(
+        request("/admin/bandit/stats", authorization=f"Bearer {secret}"), ok
+    )
+    assert reply.status == 401
+
+
+async def test_the_probes_are_open_to_anyone() -> None:
+    for path in ("/healthz", "/readyz", "/"):
+        assert await status(TOKEN, path, remote="10.0.0.7") == 200
+        reply = await admin_gate(None, METRICS)(request(path, remote="10.0.0.7"), ok)
+        assert reply.status == 200
+
+
+def test_tokens_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every comparison goes through ``hmac.compare_digest``, even on a wrong scheme."""
+    import hmac
+
+    from app import web_auth
+
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(web_auth.hmac, "compare_digest", spy)
+    assert not bearer_matches("Basic abc", TOKEN)
+    assert bearer_matches(f"Bearer {TOKEN.get_secret_value()}", TOKEN)
+    assert len(calls) == 2

@@ -54,6 +54,7 @@ from app.events import (
     RoutingLogEvent,
 )
 from app.feedback import accept_feedback
+from app.kafka import client_security
 from app.settings import Topics
 
 E = TypeVar("E")
@@ -247,6 +248,7 @@ async def read_broker(
         group_id=None,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         max_partition_fetch_bytes=4 * 1024 * 1024,
+        **client_security(),
     )
     await consumer.start()
     log = RecordedLog(source=f"broker {bootstrap}")

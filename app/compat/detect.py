@@ -18,6 +18,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from app.kafka import client_security
+
 #: The fetch wait of the probe; a broker that holds fetches answers after about this.
 PROBE_WAIT_MS = 1000
 #: How long after the fetch starts waiting the probe record is written.
@@ -29,12 +31,13 @@ HELD_AFTER_S = 0.3
 async def broker_holds_fetches(bootstrap: str, topic: str, replication: int = 1) -> bool:
     """True when a fetch waiting at the end of the log is not answered as a record arrives."""
     await _ensure_topic(bootstrap, topic, replication)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_security())
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         fetch_max_wait_ms=PROBE_WAIT_MS,
+        **client_security(),
     )
     await producer.start()
     await consumer.start()
@@ -64,7 +67,7 @@ async def _delivery_delay(
 
 
 async def _ensure_topic(bootstrap: str, topic: str, replication: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_security())
     await admin.start()
     try:
         if topic not in set(await admin.list_topics()):

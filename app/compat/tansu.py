@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from app.kafka import client_security
+
 TP = TypeVar("TP", bound=tuple[str, int])
 
 #: Fetch long-poll for consumers on Tansu (see the module docstring).
@@ -49,7 +51,10 @@ async def true_end_offsets(
     if not probe:
         return result
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        group_id=None,
+        **client_security(),
     )
     await consumer.start()
     try:

@@ -1,16 +1,22 @@
-"""Children that do not outlive the process that started them.
+"""Processes that end when they should.
 
-The embedded broker, workers and mock servers are started by the demo, the
-tests and the benches. If that process is killed (a CI timeout, Ctrl-C twice, a
-SIGKILL) before it could stop them, Linux kills them too: ``PR_SET_PDEATHSIG``.
+* Children that do not outlive the process that started them: the embedded broker,
+  workers and mock servers are started by ``switchyard up``, the demo, the tests and the
+  benches. If that process is killed (a CI timeout, Ctrl-C twice, a SIGKILL) before it
+  could stop them, Linux kills them too: ``PR_SET_PDEATHSIG``.
+* A hard deadline on stopping (``exit_after``): a worker told to stop exits within
+  ``SWITCHYARD_SHUTDOWN_TIMEOUT_S`` even when its broker no longer answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import os
 import signal
 import sys
+import threading
 
 #: linux/prctl.h
 PR_SET_PDEATHSIG = 1
@@ -22,3 +28,29 @@ def die_with_parent() -> None:
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+#: Exit code of a process that ``exit_after`` ended.
+DEADLINE_EXIT_CODE = 3
+_armed = threading.Lock()
+
+
+def exit_after(seconds: float, reason: str, code: int = DEADLINE_EXIT_CODE) -> None:
+    """End this process ``seconds`` from now, whatever its event loop is doing.
+
+    A daemon thread, so a loop blocked in a call, or waiting on a broker that never
+    answers, cannot hold it back; ``os._exit`` skips what could block again (atexit
+    handlers, flushing). Armed once: later calls do nothing.
+    """
+    if not _armed.acquire(blocking=False):
+        return
+
+    def expire() -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, f"switchyard: {reason}: exiting now\n".encode())
+        os._exit(code)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.name = "switchyard-exit-deadline"
+    timer.start()

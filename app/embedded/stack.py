@@ -14,9 +14,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.lifetime import die_with_parent
@@ -24,12 +25,22 @@ from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
 from app.settings import Settings, Topics
 
+if TYPE_CHECKING:
+    from app.embedded.local_model import LocalModelServer
+
 
 def namespaced_topics(namespace: str) -> Topics:
     """The default topic names, prefixed, so several stacks can share one broker."""
     if not namespace:
         return Topics()
     return Topics(**{name: f"{namespace}.{value}" for name, value in Topics().model_dump().items()})
+
+
+#: How long an embedded worker may take to stop (``SWITCHYARD_SHUTDOWN_TIMEOUT_S``), and
+#: how long ``Worker.stop`` waits before SIGKILL: with the broker's and the gateway's stop,
+#: ``switchyard up`` and the demo are gone within 10 s of SIGTERM or SIGINT (issue 16 §5).
+WORKER_SHUTDOWN_S = 6.0
+WORKER_KILL_AFTER_S = 7.0
 
 
 class Worker:
@@ -54,6 +65,12 @@ class Worker:
         return self
 
     @property
+    def web_url(self) -> str:
+        """Where the worker serves ``/metrics``, ``/healthz``, ``/readyz`` and ``/admin``."""
+        host = self.env.get("SWITCHYARD_WEB_HOST", "127.0.0.1")
+        return f"http://{host}:{self.env.get('SWITCHYARD_WEB_PORT', '6066')}"
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -63,7 +80,7 @@ class Worker:
             self.process.kill()
             self.process.wait()
 
-    def stop(self, timeout_s: float = 20.0) -> None:
+    def stop(self, timeout_s: float = WORKER_KILL_AFTER_S) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGTERM)
@@ -86,6 +103,7 @@ class EmbeddedStack:
         namespace: str = "",
         providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
         detect_broker: bool = False,
+        local_models: Sequence[LocalModelServer] = (),
     ) -> None:
         self._own_broker = broker is None
         self.broker = broker or EmbeddedBroker()
@@ -102,6 +120,9 @@ class EmbeddedStack:
         #: Let workers find out how the broker answers fetches (app/compat/detect.py)
         #: instead of being told: about a second more per worker start.
         self.detect_broker = detect_broker
+        #: llama-server processes (app/embedded/local_model.py): started before the
+        #: providers file is written (``providers_yaml`` names them), stopped with the stack.
+        self.local_models = list(local_models)
 
     @property
     def providers_file(self) -> Path:
@@ -119,6 +140,7 @@ class EmbeddedStack:
         )
         if not self.detect_broker:
             env["SWITCHYARD_TANSU_COMPAT"] = "1"
+        env["SWITCHYARD_SHUTDOWN_TIMEOUT_S"] = str(WORKER_SHUTDOWN_S)
         for name, topic in self.topics.model_dump().items():
             env[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
         env.update(self.extra_env)
@@ -133,6 +155,10 @@ class EmbeddedStack:
         return self.settings().model_copy(update=update)
 
     async def start(self, workers: int = 1) -> EmbeddedStack:
+        if self.local_models:  # first: one that fails to start leaves nothing behind
+            from app.embedded.local_model import start_all
+
+            await start_all(self.local_models)
         if self._own_broker:
             await asyncio.to_thread(self.broker.start)
         await self.providers.start()
@@ -155,7 +181,9 @@ class EmbeddedStack:
     async def stop(self) -> None:
         await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.workers))
         await self.providers.stop()
+        await asyncio.gather(*(asyncio.to_thread(m.stop) for m in self.local_models))
         if self._own_broker:
+            self.broker.resume()  # a broker stopped by SIGSTOP could not act on SIGTERM
             self.broker.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

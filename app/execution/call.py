@@ -96,7 +96,10 @@ def request_body(model: str, request: ChatRequest, logprobs: bool = False) -> di
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in request.messages],
     }
     if logprobs:
+        # One alternative per token, not the server's default: llama.cpp sends about
+        # ten (~2 KB a token), and the completion travels in the attempt's record.
         body["logprobs"] = True
+        body["top_logprobs"] = 1
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
     if request.temperature is not None:
