@@ -6,6 +6,11 @@ request's successful answer is published here, by the process that received it,
 as the same record the router's fold derives (the feedback says so, and the
 router does not send it again). One pooled HTTP client per process, closed when
 the worker shuts down.
+
+A ``stream: true`` request's call streams from the provider and publishes the answer's
+pieces as ``response.delta`` events while they come (app/execution/deltas.py, the rule in
+docs/gateway.md): a failed stream's end marker before the attempt's feedback, a
+successful one's once the answer is on ``llm.responses``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -33,8 +39,10 @@ from app.events import (
     Dispatch,
     Outcome,
     StatusClass,
+    StreamDelta,
 )
 from app.execution.call import CallResult, call_provider
+from app.execution.deltas import DeltaPublisher
 from app.execution.envelope import Sealed, seal
 from app.execution.http import make_client
 from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
@@ -79,21 +87,62 @@ def too_late(dispatch: Dispatch, now: float) -> bool:
 async def run_dispatch(dispatch: Dispatch) -> None:
     """Call, publish the outcome and the feedback (and the answer when this is it)."""
     provider = _provider_of(dispatch)
-    if too_late(dispatch, time.time()):
-        result = deadline_passed()
-    elif provider is None:
-        # Decided under a config that had this provider; the one in force has not.
-        result = CallResult(
-            StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
-        )
-    else:
-        result = await _call_in_time(dispatch, provider)
-    if provider is None:
-        provider = _removed_provider(dispatch.decision.provider)
-    sealed = _seal(dispatch, result, provider)
-    await _publish(sealed)
+    sink = None if provider is None else _delta_publisher(dispatch, provider)
+    try:
+        if too_late(dispatch, time.time()):
+            result = deadline_passed()
+        elif provider is None:
+            # Decided under a config that had this provider; the one in force has not.
+            result = CallResult(
+                StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
+            )
+        else:
+            result = await _call_in_time(dispatch, provider, sink)
+        if provider is None:
+            provider = _removed_provider(dispatch.decision.provider)
+        sealed = _seal(dispatch, result, provider)
+        await _end_stream(sink, sealed, before_publish=True)
+        await _publish(sealed)
+        await _end_stream(sink, sealed, before_publish=False)
+    finally:
+        if sink is not None:
+            sink.abandon()  # a cancelled call ends without an end marker
     replies.send_response(sealed.response, dispatch.accepted.request.reply_to)  # the gateway's
     await request_judgement(dispatch, sealed.response)  # the route's judge, when it samples
+
+
+def _streams(dispatch: Dispatch, provider: ProviderConfig) -> bool:
+    """Whether the call streams: the provider is set to, or the request asks (not a
+    local-first call, which needs the whole answer's log-probabilities)."""
+    wanted = provider.stream or dispatch.accepted.request.stream is True
+    return wanted and dispatch.min_confidence is None
+
+
+def _delta_publisher(dispatch: Dispatch, provider: ProviderConfig) -> DeltaPublisher | None:
+    """The publisher of a ``stream: true`` request's deltas (None for any other call)."""
+    request = dispatch.accepted.request
+    if request.stream is not True or not _streams(dispatch, provider):
+        return None
+
+    async def send(delta: StreamDelta) -> Awaitable[Any]:
+        return await replies.send_delta(delta, request.reply_to)
+
+    return DeltaPublisher(dispatch, send, settings.stream_flush_interval_s)
+
+
+async def _end_stream(sink: DeltaPublisher | None, sealed: Sealed, *, before_publish: bool) -> None:
+    """A failed stream ends before the feedback (a retry's deltas come after it), a
+    successful one once the answer is published."""
+    if sink is None or (sealed.response is None) != before_publish:
+        return
+    outcome = sealed.outcome
+    if sealed.response is None:
+        error = f"{outcome.status_class.value}: {outcome.error or 'failed'}"
+        await sink.finish("failed", error=error)
+        return
+    usage = (sealed.response.completion or {}).get("usage")
+    usage = usage if isinstance(usage, dict) else None
+    await sink.finish("ok", finish_reason=outcome.finish_reason, usage=usage)
 
 
 def _provider_of(dispatch: Dispatch) -> ProviderConfig | None:
@@ -115,7 +164,9 @@ def _seal(dispatch: Dispatch, result: CallResult, provider: ProviderConfig) -> S
     return sealed
 
 
-async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallResult:
+async def _call_in_time(
+    dispatch: Dispatch, provider: ProviderConfig, sink: DeltaPublisher | None = None
+) -> CallResult:
     """Wait out the retry backoff, then call within both the provider timeout and the deadline.
 
     Running out of the request's time is ``expired``, not the provider's ``timeout``: the
@@ -128,15 +179,19 @@ async def _call_in_time(dispatch: Dispatch, provider: ProviderConfig) -> CallRes
     left = dispatch.deadline - time.time()
     if left <= 0:
         return deadline_passed()
-    result = await _call(dispatch, provider, call_budget_s(dispatch.timeout_s, left))
+    result = await _call(dispatch, provider, call_budget_s(dispatch.timeout_s, left), sink)
     return blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
 
 
-async def _call(dispatch: Dispatch, provider: ProviderConfig, budget: float) -> CallResult:
+async def _call(
+    dispatch: Dispatch, provider: ProviderConfig, budget: float, sink: DeltaPublisher | None
+) -> CallResult:
     decision = dispatch.decision
-    if provider.stream and dispatch.min_confidence is None:
+    if _streams(dispatch, provider):
         request = dispatch.accepted.request
-        return await stream_provider(shared_client(), provider, decision.model, request, budget)
+        return await stream_provider(
+            shared_client(), provider, decision.model, request, budget, sink
+        )
     return await call_provider(
         shared_client(),
         provider,
@@ -152,14 +207,18 @@ async def _publish(sealed: Sealed) -> None:
     folds (and answers failures from)."""
     outcome = sealed.outcome
     key = outcome.request_id.encode()
+    answer = None
     if sealed.response is not None:
-        await responses_topic.send(key=key, value=sealed.response.model_dump_json())
+        answer = await responses_topic.send(key=key, value=sealed.response.model_dump_json())
         metrics.RESPONSES.labels(status="ok", source="executor").inc()
     await outcomes_topic.send(key=key, value=outcome.model_dump_json())
     delivered = await routing_topic.send(key=outcome.route.encode(), value=sealed.feedback)
     # The call counts as done (its hand-off record acked) only once the broker has the
-    # feedback: a stop in between must leave the dispatch to be made again.
+    # feedback: a stop in between must leave the dispatch to be made again. The answer is
+    # acked too, before a stream's end marker tells a gateway the answer is complete.
     await cast("asyncio.Future[Any]", delivered)
+    if answer is not None:
+        await cast("asyncio.Future[Any]", answer)
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:

@@ -13,6 +13,11 @@ sent is only logged; the gateway falls back to reading ``llm.responses`` by key.
 The executor has the request (the dispatch carries it); the router's error answers
 carry only a request id, so the router remembers the reply address of the requests it
 folds (:func:`remember`), in a bounded map, until it answers them.
+
+The pieces of a streamed answer (``response.delta``, :func:`send_delta`) go the same
+way to the same partition number of the deltas topic, so a gateway reads only its own
+requests' deltas; a request without a reply address has its deltas keyed by request id.
+Unlike the copies, deltas are kept: they are how analysts reassemble every stream.
 """
 
 from __future__ import annotations
@@ -20,14 +25,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable
 from typing import Any
 
 from agents.app import app, settings
-from app.events import AttemptFinished, ChatRequest, Dispatch, ReplyTo, RequestAccepted, Response
+from app.events import (
+    AttemptFinished,
+    ChatRequest,
+    Dispatch,
+    ReplyTo,
+    RequestAccepted,
+    Response,
+    StreamDelta,
+)
 
 log = logging.getLogger(__name__)
 
 replies_topic = app.topic(settings.topics.replies, key_type=bytes, value_type=bytes)
+deltas_topic = app.topic(settings.topics.deltas, key_type=bytes, value_type=bytes)
 #: Reply addresses of requests the router folded and has not answered yet.
 MAX_REMEMBERED = 100_000
 _addresses: OrderedDict[str, ReplyTo] = OrderedDict()
@@ -84,3 +99,21 @@ async def _send(response: Response, reply_to: ReplyTo) -> None:
     except Exception as exc:  # the copy only; llm.responses has the record
         where = f"{reply_to.topic}/{reply_to.partition}"
         log.warning("reply copy to %s failed: %s", where, type(exc).__name__)
+
+
+def reply_partition(reply_to: ReplyTo | None) -> int | None:
+    """The partition a request's reply address names (None: none, or not the replies topic:
+    a request must not make a worker write elsewhere)."""
+    if reply_to is None or reply_to.topic != settings.topics.replies:
+        return None
+    return reply_to.partition
+
+
+async def send_delta(delta: StreamDelta, reply_to: ReplyTo | None) -> Awaitable[Any]:
+    """Enqueue a delta on the deltas topic (the reply address's partition, else by key);
+    returns what resolves once the broker has it."""
+    return await deltas_topic.send(
+        key=delta.request_id.encode(),
+        value=delta.model_dump_json(),
+        partition=reply_partition(reply_to),
+    )

@@ -291,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.policy_commands import register as register_policy
 
     register_policy(commands)  # policy apply, policy history
+    from app.audit.streams import register as register_streams
+
+    register_streams(commands)  # streams: streamed answers reassembled from the deltas topic
     _add_bench(commands)
     return parser
 

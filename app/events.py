@@ -46,6 +46,7 @@ from app.contract.request import (
     ReplyTo,
     RoutingOptions,
 )
+from app.contract.stream import StreamDelta, StreamEnd, delta_id
 
 # --------------------------------------------------------------------------- routing log
 
@@ -358,6 +359,7 @@ INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
     "budget_ask": BudgetAsk,
     "budget_verdict": BudgetVerdict,
     "budget_settle": BudgetSettle,
+    "stream_delta": StreamDelta,
 }
 
 __all__ = [
@@ -403,6 +405,9 @@ __all__ = [
     "RoutingLogEvent",
     "RoutingOptions",
     "StatusClass",
+    "StreamDelta",
+    "StreamEnd",
+    "delta_id",
     "derived_id",
     "ledger_key",
     "route_of",

@@ -116,6 +116,7 @@ def public_topics(settings: Settings) -> list[str]:
         t.feedback,
         t.feedback_matching,
         t.replies,
+        t.deltas,
     ]
 
 

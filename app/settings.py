@@ -77,6 +77,10 @@ class Topics(BaseSettings):
     #: Internal: copies of responses for the gateways (issue 12), sent to the partition the
     #: request's ``reply_to`` names; each gateway reads only its own partition(s).
     replies: str = "switchyard.replies"
+    #: Internal: the pieces of streamed answers (``response.delta``, issue 12), sent to the
+    #: partition the request's ``reply_to`` names (by request id without one); kept, so
+    #: every stream can be reassembled (``switchyard streams``).
+    deltas: str = "switchyard.deltas"
     #: Proposed policies (issue 13), one partition: its order numbers the versions; the
     #: relay copies each new version onto the routing log (agents/policy.py).
     policy: str = "llm.policy"
@@ -287,6 +291,12 @@ class Settings(BaseSettings):
     gateway_max_waiting: int = Field(default=1000, ge=1)
     gateway_body_timeout_s: float = Field(default=30.0, gt=0.0)
     gateway_lookup_window: int = Field(default=50_000, ge=1)
+    #: How long a client may take to send a request's line and headers once it started
+    #: (then 408 and the connection is closed; an idle connection: the keep-alive timeout).
+    gateway_header_timeout_s: float = Field(default=10.0, gt=0.0)
+    #: Streamed answers (issue 12): the executor publishes a stream's first piece at once,
+    #: then what came since at most this often (one ``response.delta`` per interval).
+    stream_flush_interval_s: float = Field(default=0.02, ge=0.0)
 
     topics: Topics = Field(default_factory=Topics)
     #: SASL and TLS of every Kafka client (``SWITCHYARD_KAFKA_*``, app/kafka_security.py).

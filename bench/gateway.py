@@ -1,11 +1,19 @@
-"""``switchyard bench gateway``: what the gateway adds, with the official SDK, vs calling the mock.
+"""``switchyard bench gateway``: what the gateway adds, with the official SDK, beside LiteLLM.
 
-One light aiohttp mock (``--latency-ms``, 20 by default) in its own process; the embedded
-stack (one worker) routing to it; ``switchyard gateway`` in its own process. The same
-``openai.AsyncOpenAI`` client calls the mock directly and the gateway: added latency
-p50/p99 at concurrency 1 and at 20 req/s, and saturation requests/s (closed loop,
-``--concurrency`` callers). The LiteLLM proxy is run the same way when
-``litellm[proxy]`` is installed; otherwise it is skipped with the reason.
+One mock provider (``--latency-ms``, 20 by default; JSON or streamed answers) in its own
+process; the embedded stack (one worker) routing to it with ``switchyard gateway`` in
+its own process; the LiteLLM proxy (``litellm --config``, ``litellm[proxy]``, local cost
+map, no network) in its own process, routing to the same mock. The same
+``openai.AsyncOpenAI`` client calls the mock directly, the gateway and the proxy:
+
+* added latency p50/p99 at concurrency 1 and at 20 req/s (vs the mock called directly);
+* streaming time-to-first-token overhead p50 (sequential streams);
+* saturation requests/s (closed loop, ``--concurrency`` callers, ``--seconds``);
+* CPU milliseconds per request of the gateway and the worker (LiteLLM: its proxy), at
+  20 req/s and at saturation.
+
+Every process is stopped at the end (and dies with this one). ``--kill`` runs the
+crash bench instead (bench/gateway_kill.py).
 """
 
 from __future__ import annotations
@@ -13,162 +21,153 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
-import subprocess
-import sys
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from app.embedded.broker import free_port
-from app.embedded.lifetime import die_with_parent
 from app.embedded.stack import EmbeddedStack
-from app.gateway.run import LOCAL_KEY, add_local_key
-from bench.throughput.loads import Call, LoadRun, closed_loop, fixed_rate
-from bench.throughput.mocks import MockServer
-from bench.throughput.workload import MOCK_MODEL
-
-MESSAGES = [{"role": "user", "content": "Say hello."}]
+from bench.gateway_load import measure
+from bench.gateway_sides import (
+    Process,
+    Side,
+    allow_local_key,
+    litellm_unavailable,
+    providers_yaml,
+    start_gateway,
+    start_litellm,
+    start_mock,
+    switchyard_side,
+    wait_healthy,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-ms", type=int, default=20, help="the mock's latency")
-    parser.add_argument("--requests", type=int, default=100, help="per sequential/rate phase")
+    parser.add_argument("--requests", type=int, default=100, help="per c1/rate/stream phase")
     parser.add_argument("--concurrency", type=int, default=32, help="saturation callers")
     parser.add_argument("--seconds", type=float, default=10.0, help="saturation phase length")
+    parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM side")
+    parser.add_argument(
+        "--kill", action="store_true", help="SIGKILL the gateway under load instead"
+    )
+    parser.add_argument("--kill-requests", type=int, default=1000, help="--kill: requests")
+    parser.add_argument("--kill-rate", type=float, default=20.0, help="--kill: req/s")
+    parser.add_argument(
+        "--kill-latency-ms", type=int, default=500, help="--kill: the mock's latency (in flight)"
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kill:
+        from bench.gateway_kill import run_kill
+
+        return run_kill(args)
     summary = asyncio.run(_bench(args))
-    for line in _report(summary):
+    for line in report(summary):
         print(line)
     if args.json:
         print(json.dumps(summary))
     return 0
 
 
-def _call(base_url: str, model: str) -> tuple[Call, Any]:
-    import openai
-
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=LOCAL_KEY, max_retries=0)
-
-    async def call() -> None:
-        await client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=16)  # type: ignore[arg-type]
-
-    return call, client
-
-
-async def _phases(call: Call, args: argparse.Namespace) -> dict[str, LoadRun]:
-    await closed_loop(call, concurrency=4, count=40, max_seconds=30, timeout_s=30)  # warm-up
-    return {
-        "c1": await closed_loop(
-            call, concurrency=1, count=args.requests, max_seconds=60, timeout_s=30
-        ),
-        "rate20": await fixed_rate(
-            call, rate=20.0, count=args.requests, max_seconds=60, timeout_s=30
-        ),
-        "saturation": await closed_loop(
-            call, concurrency=args.concurrency, count=10**9, max_seconds=args.seconds, timeout_s=30
-        ),
-    }
-
-
-def _providers(mock: MockServer) -> str:
-    provider = {"id": "mock", "base_url": mock.base_url, "max_concurrency": 1000}
-    provider["models"] = [{"name": MOCK_MODEL}]
-    return str(
-        yaml.safe_dump({"providers": [provider], "routes": {"chat": {"providers": ["mock"]}}})
-    )
-
-
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-gateway-"))
-    mock = MockServer("light", args.latency_ms, workdir).start()
-    stack = EmbeddedStack(workdir=workdir, providers_yaml=lambda _sim: _providers(mock))
-    gateway: subprocess.Popen[bytes] | None = None
+    processes: list[Process] = []
+    stack: EmbeddedStack | None = None
     try:
+        mock, mock_url = start_mock(args.latency_ms, workdir)
+        processes.append(mock)
+        results: dict[str, Any] = {"latency_ms": args.latency_ms, "requests": args.requests}
+        results["direct"] = await measure(Side("direct", mock_url, "bench-model", "sk-x"), args)
+        (workdir / "stack").mkdir()
+        stack = EmbeddedStack(workdir=workdir / "stack", providers_yaml=providers_yaml(mock_url))
         await stack.start(workers=1)
-        add_local_key(stack.providers_file, LOCAL_KEY)
+        allow_local_key(stack)
         port = free_port()
-        env = {**stack.worker_env(99), "SWITCHYARD_GATEWAY_PORT": str(port)}
-        gateway = _start_gateway(env, workdir)
-        results: dict[str, Any] = {"latency_ms": args.latency_ms}
-        for name, url, model in (
-            ("direct", mock.base_url, MOCK_MODEL),
-            ("gateway", f"http://127.0.0.1:{port}/v1", "chat"),
-        ):
-            call, client = _call(url, model)
-            if name == "gateway":
-                await _wait_ready(call)
-            results[name] = {k: _figures(v) for k, v in (await _phases(call, args)).items()}
-            await client.close()
-        results["litellm"] = _litellm_skipped()
+        gateway = start_gateway(stack, workdir, port)
+        processes.append(gateway)
+        results["switchyard"] = await measure(switchyard_side(stack, gateway, port), args)
+        gateway.stop()
+        await stack.stop()
+        stack = None
+        results["litellm"] = await _litellm(mock_url, workdir, processes, args)
         return results
     finally:
-        if gateway is not None:
-            gateway.terminate()
-            gateway.wait(timeout=10)
-        await stack.stop()
-        mock.stop()
+        for process in reversed(processes):
+            process.stop()
+        if stack is not None:
+            await stack.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _start_gateway(env: dict[str, str], workdir: Path) -> subprocess.Popen[bytes]:
-    with (workdir / "gateway.log").open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "gateway"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-
-
-async def _wait_ready(call: Call) -> None:
-    for _ in range(120):
-        try:
-            await call()
-            return
-        except Exception:
-            await asyncio.sleep(0.5)
-    raise TimeoutError("the gateway did not answer within 60 s")
-
-
-def _litellm_skipped() -> str | None:
+async def _litellm(
+    mock_url: str, workdir: Path, processes: list[Process], args: argparse.Namespace
+) -> dict[str, Any] | str:
+    why = "skipped (--skip-litellm)" if args.skip_litellm else litellm_unavailable()
+    if why is not None:
+        return why
+    proxy, side = start_litellm(mock_url, workdir)
+    processes.append(proxy)
+    await wait_healthy(side.base_url.removesuffix("/v1") + "/health/liveliness", proxy)
     try:
-        import litellm.proxy.proxy_server  # noqa: F401
-    except Exception as exc:
-        return f"skipped: the LiteLLM proxy cannot run here ({type(exc).__name__}: {exc})"[:200]
-    return "skipped: the LiteLLM proxy run is not implemented yet"
+        return await measure(side, args)
+    finally:
+        proxy.stop()
 
 
-def _figures(load: LoadRun) -> dict[str, Any]:
-    ordered = sorted(load.latencies_ms)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else None
-    return {
-        "done": load.done,
-        "errors": load.errors + load.timeouts,
-        "rps": round(load.rps, 1),
-        "p50_ms": round(statistics.median(ordered), 2) if ordered else None,
-        "p99_ms": round(p99, 2) if p99 is not None else None,
-    }
+# --------------------------------------------------------------------------- report
 
 
-def _report(summary: dict[str, Any]) -> list[str]:
-    lines = [f"mock latency {summary['latency_ms']} ms; openai.AsyncOpenAI against each"]
-    direct, gateway = summary["direct"], summary["gateway"]
-    for phase in ("c1", "rate20"):
-        d, g = direct[phase], gateway[phase]
-        added = [round(g[k] - d[k], 1) if g[k] and d[k] else None for k in ("p50_ms", "p99_ms")]
-        lines.append(
-            f"{phase}: direct p50 {d['p50_ms']} p99 {d['p99_ms']} ms; gateway p50 {g['p50_ms']} "
-            f"p99 {g['p99_ms']} ms; added p50 {added[0]} p99 {added[1]} ms; errors {g['errors']}"
-        )
-    lines.append(
-        f"saturation: direct {direct['saturation']['rps']} req/s, "
-        f"gateway {gateway['saturation']['rps']} req/s (errors {gateway['saturation']['errors']})"
-    )
-    lines.append(f"litellm: {summary['litellm']}")
+def report(summary: dict[str, Any]) -> list[str]:
+    direct = summary["direct"]
+    sides = [n for n in ("switchyard", "litellm") if isinstance(summary.get(n), dict)]
+    lines = [
+        f"mock latency {summary['latency_ms']} ms; openai.AsyncOpenAI against each; "
+        f"{summary['requests']} requests per phase"
+    ]
+    header = f"{'':34}{'direct':>12}" + "".join(f"{n:>14}" for n in sides)
+    lines.append(header)
+    for phase, label in (("c1", "concurrency 1"), ("rate20", "20 req/s")):
+        lines.append(_row(f"{label} p50 / p99 ms", [direct] + [summary[n] for n in sides], phase))
+        added = [_added(summary[n][phase], direct[phase]) for n in sides]
+        lines.append(f"{'  added p50 / p99 ms':34}{'':>12}" + "".join(f"{a:>14}" for a in added))
+    ttft = [_num(direct["ttft"]["p50_ms"])] + [_num(summary[n]["ttft"]["p50_ms"]) for n in sides]
+    lines.append(f"{'stream TTFT p50 ms':34}" + "".join(f"{t:>12}" for t in ttft[:1]))
+    lines[-1] += "".join(f"{t:>14}" for t in ttft[1:])
+    overhead = [_diff(summary[n]["ttft"]["p50_ms"], direct["ttft"]["p50_ms"]) for n in sides]
+    lines.append(f"{'  TTFT overhead p50 ms':34}{'':>12}" + "".join(f"{o:>14}" for o in overhead))
+    rps = [_num(direct["saturation"]["rps"])] + [
+        _num(summary[n]["saturation"]["rps"]) for n in sides
+    ]
+    lines.append(f"{'saturation req/s':34}{rps[0]:>12}" + "".join(f"{r:>14}" for r in rps[1:]))
+    for name in sides:
+        for phase, label in (("rate20", "at 20 req/s"), ("saturation", "at saturation")):
+            cpu = summary[name][phase].get("cpu_ms") or {}
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+            lines.append(f"{name} CPU ms per request {label}: {parts or 'n/a'}")
+        errors = {p: summary[name][p]["errors"] for p in ("c1", "rate20", "ttft", "saturation")}
+        lines.append(f"{name} errors: {errors}")
+    for name in ("switchyard", "litellm"):
+        if isinstance(summary.get(name), str):
+            lines.append(f"{name}: {summary[name]}")
     return lines
+
+
+def _row(label: str, sides: list[dict[str, Any]], phase: str) -> str:
+    cells = [f"{_num(s[phase]['p50_ms'])} / {_num(s[phase]['p99_ms'])}" for s in sides]
+    return f"{label:34}{cells[0]:>12}" + "".join(f"{c:>14}" for c in cells[1:])
+
+
+def _added(side: dict[str, Any], direct: dict[str, Any]) -> str:
+    return f"{_diff(side['p50_ms'], direct['p50_ms'])} / {_diff(side['p99_ms'], direct['p99_ms'])}"
+
+
+def _diff(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None else f"{a - b:.1f}"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"

@@ -107,7 +107,8 @@ def test_request_event_carries_what_the_contract_knows() -> None:
     assert event["max_tokens"] == 9 and event["metadata"] == {"app": "x", "user": "u-7"}
     assert event["reply_to"] == {"topic": "switchyard.replies", "partition": 3}
     assert event["tools"] == body["tools"] and event["provider"] == {"only": ["a"]}
-    assert "stream" not in event
+    assert event["stream"] is True  # the executor publishes the answer's deltas
+    assert "stream" not in request_event({**body, "stream": False}, "rid", None, REPLY)
     assert wants_stream({"stream": True, "stream_options": {"include_usage": True}}) == (
         True,
         True,

@@ -66,6 +66,9 @@ class ChatRequest(BaseModel):
     response_format: dict[str, Any] | None = None
     #: Set by the gateway: where it waits for the response (a copy is sent there).
     reply_to: ReplyTo | None = None
+    #: ``stream: true``: the executor streams from the provider and publishes the answer's
+    #: pieces as ``response.delta`` events (issue 12), besides the whole answer.
+    stream: bool | None = None
 
     @field_validator("request_id")
     @classmethod

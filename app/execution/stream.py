@@ -4,8 +4,15 @@ A stream counts as a success only when it carried a finish reason. A stream
 that ends without one (truncated), drops the connection, or carries a chunk
 that is not JSON is a ``bad_response``: it counts against the deployment's
 availability (seed 004: "errors after the stream started") and is retried
-elsewhere. The chunks are assembled into one ordinary OpenAI completion, so
-the requester's response looks the same whether the provider streamed or not.
+elsewhere (a server that ignores ``stream: true`` and answers JSON is read as
+an ordinary answer). The chunks are assembled into one ordinary OpenAI completion, so
+the requester's response looks the same whether the provider streamed or not
+(text, tool calls and refusal; UTF-16 surrogate halves a provider sent in separate
+chunks are paired again, a lone one becomes U+FFFD).
+
+With a :class:`DeltaSink` (``stream: true`` requests, issue 12) every piece of the
+answer is also handed to the sink as it comes, without waiting (agents/executor.py
+publishes them as ``response.delta`` events).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -31,6 +38,16 @@ from app.execution.call import (
     scrub,
     usage_of,
 )
+from app.execution.pieces import merge_tool_call, whole_text
+
+
+class DeltaSink(Protocol):
+    """Takes the pieces of a streamed answer as they come (must not block)."""
+
+    def piece(
+        self, content: str, tool_calls: list[dict[str, Any]] | None, refusal: str | None
+    ) -> None:
+        """Text added, tool-call deltas, refusal text: at least one of them non-empty."""
 
 
 @dataclass
@@ -44,6 +61,9 @@ class _Assembly:
     first_token_ms: float | None = None
     #: Whether any delta carried content (an empty string counts) or tool calls.
     answered: bool = False
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    refusal: list[str] = field(default_factory=list)
+    sink: DeltaSink | None = None
 
     def take(self, chunk: dict[str, Any], elapsed_ms: float) -> None:
         if not self.meta:
@@ -57,25 +77,40 @@ class _Assembly:
             delta = choice.get("delta")
             delta = delta if isinstance(delta, dict) else {}
             text = delta.get("content")
-            self.answered = self.answered or isinstance(text, str) or bool(delta.get("tool_calls"))
-            if isinstance(text, str) and text:
-                if self.first_token_ms is None:
-                    self.first_token_ms = elapsed_ms
-                self.content.append(text)
+            calls = _tool_call_deltas(delta.get("tool_calls"))
+            refusal = delta.get("refusal") if isinstance(delta.get("refusal"), str) else None
+            self.answered = self.answered or isinstance(text, str) or bool(calls) or bool(refusal)
+            text = text if isinstance(text, str) else ""
+            if text and self.first_token_ms is None:
+                self.first_token_ms = elapsed_ms
+            self._keep(text, calls, refusal)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
 
+    def _keep(self, text: str, calls: list[dict[str, Any]], refusal: str | None) -> None:
+        if text:
+            self.content.append(text)
+        for call in calls:
+            merge_tool_call(self.tool_calls, call)
+        if refusal:
+            self.refusal.append(refusal)
+        if self.sink is not None and (text or calls or refusal):
+            self.sink.piece(text, calls or None, refusal or None)
+
     def completion(self) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": whole_text("".join(self.content)),
+        }
+        if self.tool_calls:
+            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+            message["content"] = message["content"] or None
+        if self.refusal:
+            message["refusal"] = whole_text("".join(self.refusal))
         body: dict[str, Any] = {
             **self.meta,
             "object": "chat.completion",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "".join(self.content)},
-                    "finish_reason": self.finish_reason,
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
         }
         if self.usage is not None:
             body["usage"] = self.usage
@@ -88,6 +123,7 @@ async def stream_provider(
     model: str,
     request: ChatRequest,
     timeout_s: float,
+    sink: DeltaSink | None = None,
 ) -> CallResult:
     key = provider.api_key.get_secret_value()
     if key and not is_header_safe(key):
@@ -100,7 +136,7 @@ async def stream_provider(
         "stream_options": {"include_usage": True},
     }
     started = time.perf_counter()
-    assembly = _Assembly()
+    assembly = _Assembly(sink=sink)
     try:
         async with asyncio.timeout(timeout_s):
             async with client.stream(
@@ -110,7 +146,7 @@ async def stream_provider(
                 headers=auth_headers(key),
                 timeout=timeout_s,
             ) as response:
-                if not 200 <= response.status_code < 300:
+                if not 200 <= response.status_code < 300 or _whole_json(response):
                     await response.aread()
                     return classify_response(response, _ms(started), key)
                 problem = await _read_events(response, assembly, started)
@@ -161,6 +197,18 @@ async def _read_events(response: httpx.Response, assembly: _Assembly, started: f
             return "error event in stream"
         assembly.take(chunk, _ms(started))
     return None
+
+
+def _tool_call_deltas(value: object) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [call for call in value if isinstance(call, dict)]
+
+
+def _whole_json(response: httpx.Response) -> bool:
+    """A server that ignored ``stream: true`` and sent the whole completion as JSON."""
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("application/json")
 
 
 def _ms(started: float) -> float:

@@ -12,6 +12,7 @@ import yaml
 from aiohttp import web
 
 from app.config import load_config
+from app.gateway.head_timeout import HeadTimedSite
 from app.gateway.keys import hash_key
 from app.gateway.server import build_app
 from app.gateway.service import Gateway
@@ -50,7 +51,12 @@ async def start_gateway(settings: Settings) -> RunningGateway:
         max_field_size=MAX_LINE_BYTES,
     )
     await runner.setup()
-    site = web.TCPSite(runner, settings.gateway_host, settings.gateway_port)
+    site = HeadTimedSite(
+        runner,
+        settings.gateway_host,
+        settings.gateway_port,
+        header_timeout_s=settings.gateway_header_timeout_s,
+    )
     await site.start()
     host, port = runner.addresses[0][:2]
     return RunningGateway(gateway, runner, f"http://{host}:{port}")

@@ -4,15 +4,17 @@ readiness, and answers by request id. Bodies and keys are never logged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
 
-from app.events import Response
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_error_body, invalid
-from app.gateway.service import Gateway, event_request_id
+from app.gateway.relay import Relay
+from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import wants_stream
 from app.ingest import read_json
 
@@ -61,13 +63,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await _read_body(request, gateway)
     prepared = gateway.prepare(body, key, request.headers.get(REQUEST_ID_HEADER))
     stream, include_usage = wants_stream(body)
+    if stream:
+        return await _stream_live(request, gateway, prepared, include_usage)
     response = await gateway.submit(prepared)
     if response.status != "ok":
         error = from_error_body(response.error)
         error.extra_headers.update(shape.headers_of(response))
         raise error
-    if stream:
-        return await _stream(request, response, include_usage)
     return web.json_response(shape.completion_of(response), headers=shape.headers_of(response))
 
 
@@ -86,22 +88,56 @@ async def _read_body(request: web.Request, gateway: Gateway) -> Any:
     return data
 
 
-async def _stream(
-    request: web.Request, response: Response, include_usage: bool
+async def _stream_live(
+    request: web.Request, gateway: Gateway, prepared: Prepared, include_usage: bool
 ) -> web.StreamResponse:
+    """Server-sent chunks from the request's deltas as they come (app/gateway/relay.py).
+
+    Nothing is sent before the first delta of a call (or the whole answer) arrives, so an
+    error until then is an HTTP error. A client that goes away leaves the request to
+    complete in the log.
+    """
+    relay = Relay(prepared.request_id, include_usage, int(time.time()))
+    reply: web.StreamResponse | None = None
+    async with contextlib.aclosing(gateway.stream_items(prepared)) as items:
+        async for item in items:
+            step = relay.take(item) if item is not None else relay.timed_out()
+            if step.error is not None:
+                raise step.error
+            if step.headers is not None:
+                reply = await _open_stream(request, step.headers)
+            if reply is not None and not await _write(reply, step.frames):
+                return reply  # the client went away; the request goes on in the log
+            if relay.done:
+                break
+    if reply is None:
+        raise GatewayError(500, "the stream ended before it started", "internal_error")
+    with contextlib.suppress(ConnectionError):
+        await reply.write_eof()
+    return reply
+
+
+async def _open_stream(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
     reply = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
-            **shape.headers_of(response),
+            "X-Accel-Buffering": "no",
+            **headers,
         }
     )
     await reply.prepare(request)
-    for chunk in shape.stream_chunks(response, include_usage):
-        await reply.write(shape.sse(chunk))
-    await reply.write(shape.sse("[DONE]"))
-    await reply.write_eof()
     return reply
+
+
+async def _write(reply: web.StreamResponse, frames: list[bytes]) -> bool:
+    """Write ``frames``; False when the client has gone away."""
+    try:
+        for frame in frames:
+            await reply.write(frame)
+    except ConnectionError:
+        return False
+    return True
 
 
 async def models(request: web.Request) -> web.Response:

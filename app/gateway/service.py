@@ -3,7 +3,9 @@
 :meth:`Gateway.prepare` turns an HTTP body into a checked ``llm.requests`` record with
 ingest's own checks (``app.ingest.accept``), so a request ingest would dead-letter is
 answered 400/404/413 at once instead of being published; :meth:`Gateway.submit`
-publishes it, keyed by request id, and waits for the reply on the gateway's partition.
+publishes it, keyed by request id, and waits for the reply on the gateway's partition;
+:meth:`Gateway.stream_items` does the same for a ``stream: true`` request and yields its
+deltas and answer as they come (app/gateway/relay.py turns them into chunks).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from app.config import GatewayKey, RoutingConfig
-from app.events import DeadLetter, LogPosition, ReplyTo, Response
+from app.events import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
 from app.gateway.errors import GatewayError, from_dead_letter, invalid
 from app.gateway.keys import KeyRing, check_route
 from app.gateway.lookup import ResponseLookup
@@ -61,7 +64,10 @@ class Gateway:
             topic=settings.topics.replies, partition=settings.gateway_reply_partitions[0]
         )
         self.waiter = ReplyWaiter(
-            bootstrap, settings.topics.replies, settings.gateway_reply_partitions
+            bootstrap,
+            settings.topics.replies,
+            settings.gateway_reply_partitions,
+            settings.topics.deltas,
         )
         self.lookup = ResponseLookup(
             bootstrap, settings.topics.responses, settings.gateway_lookup_window
@@ -133,6 +139,27 @@ class Gateway:
             if found is None:
                 raise GatewayError(504, "no answer in time", "gateway_timeout") from None
             return found
+        finally:
+            self.waiter.forget(prepared.request_id)
+
+    async def stream_items(
+        self, prepared: Prepared
+    ) -> AsyncGenerator[StreamDelta | Response | None, None]:
+        """Publish, then yield the request's deltas and answer as they come; at the end of
+        the wait, the answer found on ``llm.responses`` or None. Close it when done."""
+        self.check_room()
+        inbox = self.waiter.expect_stream(prepared.request_id)
+        loop = asyncio.get_running_loop()
+        try:
+            await self._send(prepared)
+            deadline = loop.time() + self.wait_s
+            while True:
+                try:
+                    item = await asyncio.wait_for(inbox.get(), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    yield await self.lookup.find(prepared.request_id)
+                    return
+                yield item
         finally:
             self.waiter.forget(prepared.request_id)
 

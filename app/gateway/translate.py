@@ -4,9 +4,10 @@ What the event contract knows is carried over: ``model`` (a route alias, a
 ``provider:model`` pin, a ``:nitro``/``:floor`` suffix), ``messages``,
 ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``tools``,
 ``tool_choice``, ``response_format``, ``session_id``, ``metadata``, ``provider``
-preferences and ``routing``. ``user`` becomes ``metadata.user``. The tenant is the
-API key's, never the body's; the request id is the gateway's; ``reply_to`` names the
-gateway's replies partition. Anything else in the body is ignored.
+preferences and ``routing``. ``user`` becomes ``metadata.user``; ``stream: true`` asks
+the executor for the answer's deltas. The tenant is the API key's, never the body's;
+the request id is the gateway's; ``reply_to`` names the gateway's replies partition
+(and deltas partition). Anything else in the body is ignored.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def request_event(
     event["request_id"] = request_id
     event["tenant"] = tenant
     event["reply_to"] = reply_to.model_dump()
+    if wants_stream(body)[0]:
+        event["stream"] = True  # the executor publishes the answer's deltas
     return event
 
 

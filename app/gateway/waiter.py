@@ -5,6 +5,10 @@ end: a gateway never reads ``llm.responses`` nor another gateway's partition. Ea
 reply resolves the future of the request waiting for it (a duplicate, or a reply for
 a request no longer waited on, is dropped); the last answers are kept, bounded, for
 ``GET /v1/switchyard/requests/{id}``.
+
+The same consumer reads the same partition numbers of the deltas topic: the pieces of
+the streamed answers of this gateway's ``stream: true`` requests, put with their
+replies in the request's inbox (:meth:`ReplyWaiter.expect_stream`), in arrival order.
 """
 
 from __future__ import annotations
@@ -19,16 +23,21 @@ from pydantic import ValidationError
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS
 from app.config import ConfigError
-from app.events import Response
+from app.events import Response, StreamDelta
 
 log = logging.getLogger(__name__)
 #: Answers kept for lookups by id.
 RECENT_ANSWERS = 10_000
+#: What a streaming request's inbox receives.
+Inbox = asyncio.Queue[StreamDelta | Response]
 
 
 class ReplyWaiter:
-    def __init__(self, bootstrap: str, topic: str, partitions: list[int]) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: list[int], deltas_topic: str
+    ) -> None:
         self.topic = topic
+        self.deltas_topic = deltas_topic
         self.partitions = list(partitions)
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
@@ -37,20 +46,23 @@ class ReplyWaiter:
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
         self._pending: dict[str, asyncio.Future[Response]] = {}
+        self._streams: dict[str, Inbox] = {}
         self.recent: OrderedDict[str, Response] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> ReplyWaiter:
         await self._consumer.start()
         await self._consumer._client.force_metadata_update()
-        existing = self._consumer.partitions_for_topic(self.topic) or set()
-        missing = sorted(set(self.partitions) - existing)
-        if missing:
-            await self._consumer.stop()
-            raise ConfigError(
-                f"SWITCHYARD_GATEWAY_REPLY_PARTITIONS: {self.topic} has no partition {missing}"
-            )
-        assigned = [TopicPartition(self.topic, p) for p in self.partitions]
+        for topic in (self.topic, self.deltas_topic):
+            existing = self._consumer.partitions_for_topic(topic) or set()
+            missing = sorted(set(self.partitions) - existing)
+            if missing:
+                await self._consumer.stop()
+                raise ConfigError(
+                    f"SWITCHYARD_GATEWAY_REPLY_PARTITIONS: {topic} has no partition {missing}"
+                )
+        topics = (self.topic, self.deltas_topic)
+        assigned = [TopicPartition(t, p) for t in topics for p in self.partitions]
         self._consumer.assign(assigned)
         await self._consumer.seek_to_end(*assigned)
         for tp in assigned:  # resolve the position now: later replies are all read
@@ -66,6 +78,7 @@ class ReplyWaiter:
         await self._consumer.stop()
         for future in self._pending.values():
             future.cancel()
+        self._streams.clear()
 
     @property
     def running(self) -> bool:
@@ -73,14 +86,21 @@ class ReplyWaiter:
 
     @property
     def waiting(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._streams)
 
     def expect(self, request_id: str) -> asyncio.Future[Response]:
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         return future
 
+    def expect_stream(self, request_id: str) -> Inbox:
+        """The inbox of a ``stream: true`` request: its deltas and its answer, as they come."""
+        inbox: Inbox = asyncio.Queue()
+        self._streams[request_id] = inbox
+        return inbox
+
     def forget(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
         future = self._pending.pop(request_id, None)
         if future is not None and not future.done():
             future.cancel()
@@ -91,6 +111,9 @@ class ReplyWaiter:
         self.recent.move_to_end(response.request_id)
         while len(self.recent) > RECENT_ANSWERS:
             self.recent.popitem(last=False)
+        inbox = self._streams.get(response.request_id)
+        if inbox is not None:
+            inbox.put_nowait(response)
         future = self._pending.pop(response.request_id, None)
         if future is not None and not future.done():
             future.set_result(response)
@@ -105,9 +128,20 @@ class ReplyWaiter:
                 log.warning("reading replies failed: %s", type(exc).__name__)
                 await asyncio.sleep(0.5)
                 continue
-            for records in batches.values():
+            for tp, records in batches.items():
+                read = self._read_delta if tp.topic == self.deltas_topic else self._read
                 for record in records:
-                    self._read(record.value)
+                    read(record.value)
+
+    def _read_delta(self, value: bytes | None) -> None:
+        try:
+            delta = StreamDelta.model_validate_json(value or b"")
+        except ValidationError:
+            log.warning("unreadable delta on %s", self.deltas_topic)
+            return
+        inbox = self._streams.get(delta.request_id)
+        if inbox is not None:
+            inbox.put_nowait(delta)
 
     def _read(self, value: bytes | None) -> None:
         try:

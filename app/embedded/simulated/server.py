@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import socket
@@ -26,6 +27,7 @@ from app.embedded.simulated.models import (
     provider_rng,
 )
 from app.embedded.simulated.openai_format import (
+    CANNED_COMPLETION,
     RequestError,
     completion_body,
     error_body,
@@ -35,6 +37,12 @@ from app.embedded.simulated.openai_format import (
     read_json_body,
     server_error_response,
     unknown_provider_response,
+)
+from app.embedded.simulated.streaming import (
+    FIRST_TOKEN_SHARE,
+    StreamedAnswer,
+    StreamFaults,
+    stream_answer,
 )
 
 
@@ -48,6 +56,10 @@ class ProviderOverride:
     retry_after_s: float | None = None
     #: Every call answers 200 with a body that is not a completion.
     malformed: bool = False
+    #: The answer's text instead of the canned one.
+    reply_text: str | None = None
+    #: Faults of ``stream: true`` answers (app/embedded/simulated/streaming.py).
+    stream: StreamFaults = field(default_factory=StreamFaults)
 
 
 @dataclass
@@ -184,6 +196,22 @@ class SimulatedProviders:
     def set_malformed(self, provider_id: str, malformed: bool = True) -> None:
         self._get(provider_id).override.malformed = malformed
 
+    def set_reply_text(self, provider_id: str, text: str | None) -> None:
+        self._get(provider_id).override.reply_text = text
+
+    def set_stream_faults(
+        self,
+        provider_id: str,
+        *,
+        cut_after: int | None = None,
+        split_bytes: bool = False,
+        split_surrogates: bool = False,
+    ) -> None:
+        """``stream: true`` answers: cut after ``cut_after`` content pieces (0: before any),
+        events split inside a UTF-8 character, text split inside a UTF-16 pair."""
+        faults = StreamFaults(cut_after, split_bytes, split_surrogates)
+        self._get(provider_id).override.stream = faults
+
     def clear_overrides(self, provider_id: str | None = None) -> None:
         targets = [provider_id] if provider_id is not None else list(self._providers)
         for pid in targets:
@@ -223,15 +251,15 @@ class SimulatedProviders:
         data = [{"id": model, "object": "model", "created": 0, "owned_by": "switchyard-sim"}]
         return web.json_response({"object": "list", "data": data})
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         provider = self._providers.get(request.match_info["provider"])
         if provider is None:
             return unknown_provider_response(request.match_info["provider"])
         try:
             body = await read_json_body(request)
             messages, max_tokens = parse_messages(body), parse_max_tokens(body)
-            if body.get("stream"):
-                raise RequestError("stream=true is not supported by the simulator")
+            if body.get("stream") not in (None, False, True):
+                raise RequestError("stream must be a boolean")
         except RequestError as exc:
             return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
         if provider.in_flight >= provider.model.max_concurrency:
@@ -239,12 +267,40 @@ class SimulatedProviders:
             return self._rate_limited("concurrency limit reached")
         provider.in_flight += 1
         try:
+            if body.get("stream") is True:
+                return await self._serve_stream(request, body, provider, messages, max_tokens)
             return await self._serve(provider, messages, max_tokens)
         finally:
             provider.in_flight -= 1
 
+    async def _serve_stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        provider: _Provider,
+        messages: list[Any],
+        max_tokens: int,
+    ) -> web.StreamResponse:
+        """``stream: true``: the same draw and failures; a success as server-sent chunks,
+        the first after ``FIRST_TOKEN_SHARE`` of the drawn latency."""
+        answered = await self._serve(provider, messages, max_tokens, FIRST_TOKEN_SHARE)
+        if answered.status != 200 or provider.override.malformed:
+            return answered
+        whole = json.loads(answered.body)  # type: ignore[arg-type]
+        latency_ms = float(answered.headers["x-simulated-latency-ms"])
+        options = body.get("stream_options")
+        answer = StreamedAnswer(
+            model=whole["model"],
+            content=whole["choices"][0]["message"]["content"],
+            finish_reason=whole["choices"][0]["finish_reason"],
+            usage=whole["usage"],
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            spread_s=latency_ms * (1 - FIRST_TOKEN_SHARE) * self.time_scale / 1000.0,
+        )
+        return await stream_answer(request, answer, provider.override.stream)
+
     async def _serve(
-        self, provider: _Provider, messages: list[Any], max_tokens: int
+        self, provider: _Provider, messages: list[Any], max_tokens: int, share: float = 1.0
     ) -> web.Response:
         override = provider.override
         result = draw(
@@ -265,19 +321,26 @@ class SimulatedProviders:
             provider.stats.rate_limited += 1
             await self._sleep(latency_ms * RATE_LIMIT_LATENCY_FRACTION)
             return self._rate_limited("simulated rate limit", override.retry_after_s)
-        await self._sleep(latency_ms)
+        await self._sleep(latency_ms * share)
         if result.outcome is Outcome.SERVER_ERROR:
             provider.stats.server_errors += 1
             return server_error_response("simulated upstream failure")
         provider.stats.ok += 1
-        return self._success(provider.model.model, messages, max_tokens, latency_ms)
+        text = override.reply_text
+        return self._success(provider.model.model, messages, max_tokens, latency_ms, text)
 
     def _success(
-        self, model: str, messages: list[Any], max_tokens: int, latency_ms: float
+        self,
+        model: str,
+        messages: list[Any],
+        max_tokens: int,
+        latency_ms: float,
+        text: str | None = None,
     ) -> web.Response:
         completion = min(self.completion_tokens, max_tokens)
         finish = "length" if max_tokens < self.completion_tokens else "stop"
-        content = judge_reply(messages)  # a judge request gets a parsable score
+        # A judge request gets a parsable score.
+        content = text or judge_reply(messages) or CANNED_COMPLETION.format(model=model)
         body = completion_body(model, estimate_prompt_tokens(messages), completion, finish, content)
         headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
         return web.json_response(body, headers=headers)

@@ -1,0 +1,163 @@
+"""A ``stream: true`` request's deltas and answer as OpenAI's server-sent chunks (pure).
+
+The streaming rule (docs/gateway.md): the gateway commits to the first call whose first
+delta (``seq`` 0) arrives, sends the stream's headers then, and from then on forwards
+only that call's deltas (a retry or a second execution of the same attempt is ignored).
+Before it commits nothing has been sent, so an error answer is an HTTP error with its
+status, and a call that failed before its first delta is invisible. After it commits:
+
+* the call's ``ok`` end: the finish reason, the usage chunk when asked
+  (``stream_options.include_usage``), then ``data: [DONE]``;
+* its ``failed`` end: an error event (``data: {"error": ...}``, which the SDKs raise);
+  the request goes on in the log (the router retries as for any ``bad_response``) and
+  its answer can be fetched by id;
+* the request's answer arriving first (the call's end marker lost with its worker): the
+  rest of the answer when what was sent is the start of it, else an error event.
+
+An answer that arrives with no delta at all (a call that did not stream) is sent as
+chunks built from the whole answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.events import Response, StreamDelta
+from app.gateway import shape
+from app.gateway.errors import GatewayError, from_error_body
+
+#: The error event's ``code`` when the stream the client saw cannot end as an answer.
+STREAM_INTERRUPTED = "stream_interrupted"
+
+
+@dataclass
+class Step:
+    """What to do for one item: open the stream with ``headers``, write ``frames``, or
+    answer with ``error`` (only before anything was sent)."""
+
+    headers: dict[str, str] | None = None
+    frames: list[bytes] = field(default_factory=list)
+    error: GatewayError | None = None
+
+
+class Relay:
+    def __init__(self, request_id: str, include_usage: bool, created: int) -> None:
+        self.request_id = request_id
+        self.include_usage = include_usage
+        self.created = created
+        #: (attempt, call id) of the call the client sees, once committed.
+        self.call: tuple[int, str] | None = None
+        self.done = False
+        self._next_seq = 0
+        self._sent: list[str] = []
+        self._sent_other = False  # tool calls or refusal sent
+        self._base: dict[str, Any] = {}
+
+    def take(self, item: StreamDelta | Response) -> Step:
+        if self.done:
+            return Step()
+        if isinstance(item, Response):
+            return self._answer(item)
+        if self.call is None:
+            return self._commit(item) if item.seq == 0 else Step()
+        if (item.attempt, item.call_id) != self.call or item.seq < self._next_seq:
+            return Step()  # another call, or a copy already sent
+        return Step(frames=self._frames(item))
+
+    def timed_out(self) -> Step:
+        """No answer within the wait, none on ``llm.responses`` either."""
+        self.done = True
+        if self.call is None:
+            return Step(error=GatewayError(504, "no answer in time", "gateway_timeout"))
+        return Step(frames=[self._error_frame("no end of the stream in time")])
+
+    def _commit(self, delta: StreamDelta) -> Step:
+        self.call = (delta.attempt, delta.call_id)
+        model = delta.deployment.partition(":")[2] or delta.deployment
+        self._base = {
+            "id": f"chatcmpl-{self.request_id}",
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": model,
+        }
+        headers = {
+            "x-switchyard-request-id": self.request_id,
+            "x-switchyard-deployment": delta.deployment,
+            "x-switchyard-attempts": str(delta.attempt),
+        }
+        role = self._chunk({"role": "assistant", "content": ""})
+        return Step(headers=headers, frames=[role, *self._frames(delta)])
+
+    def _frames(self, delta: StreamDelta) -> list[bytes]:
+        self._next_seq = delta.seq + 1
+        frames = []
+        if delta.content:
+            self._sent.append(delta.content)
+            frames.append(self._chunk({"content": delta.content}))
+        if delta.tool_calls:
+            frames.append(self._chunk({"tool_calls": delta.tool_calls}))
+        if delta.refusal:
+            frames.append(self._chunk({"refusal": delta.refusal}))
+        self._sent_other = self._sent_other or bool(delta.tool_calls or delta.refusal)
+        if delta.end == "ok":
+            frames += self._finish(delta.finish_reason, delta.usage)
+        elif delta.end == "failed":
+            frames.append(self._error_frame(f"the provider's stream broke ({delta.error})"))
+        return frames
+
+    def _answer(self, response: Response) -> Step:
+        self.done = True
+        if self.call is None and response.status == "ok":
+            chunks = shape.stream_chunks(response, self.include_usage)
+            frames = [shape.sse(chunk) for chunk in chunks] + [shape.sse("[DONE]")]
+            return Step(headers=shape.headers_of(response), frames=frames)
+        if self.call is None:
+            error = from_error_body(response.error)
+            error.extra_headers.update(shape.headers_of(response))
+            return Step(error=error)
+        rest = self._rest_of(response)
+        if rest is None:
+            why = "the call the stream came from did not end" if response.status == "ok" else ""
+            why = why or (response.error.message if response.error else "error")
+            return Step(frames=[self._error_frame(why)])
+        completion = shape.completion_of(response)
+        first = (completion.get("choices") or [{}])[0]
+        message = first.get("message") or {}
+        frames = [self._chunk({"content": rest})] if rest else []
+        for index, call in enumerate(message.get("tool_calls") or []):
+            frames.append(self._chunk({"tool_calls": [{"index": index, **call}]}))
+        return Step(
+            frames=frames + self._finish(first.get("finish_reason"), completion.get("usage"))
+        )
+
+    def _rest_of(self, response: Response) -> str | None:
+        """What the answer adds to the text sent, when it is the same call's answer."""
+        assert self.call is not None
+        if response.status != "ok" or response.attempts != self.call[0] or self._sent_other:
+            return None
+        message = (shape.completion_of(response).get("choices") or [{}])[0].get("message") or {}
+        content = message.get("content")
+        content = content if isinstance(content, str) else ""
+        sent = "".join(self._sent)
+        return content[len(sent) :] if content.startswith(sent) else None
+
+    def _finish(self, finish_reason: str | None, usage: Any) -> list[bytes]:
+        self.done = True
+        frames = [self._chunk({}, finish_reason or "stop")]
+        if self.include_usage:
+            frames.append(shape.sse({**self._base, "choices": [], "usage": usage}))
+        return [*frames, shape.sse("[DONE]")]
+
+    def _error_frame(self, why: str) -> bytes:
+        self.done = True
+        message = (
+            f"the stream was interrupted: {why}; the request goes on in the log, its answer "
+            f"at GET /v1/switchyard/requests/{self.request_id}"
+        )
+        error = {"message": message, "type": "server_error", "param": None}
+        return shape.sse({"error": {**error, "code": STREAM_INTERRUPTED}})
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return shape.sse({**self._base, "choices": [choice]})

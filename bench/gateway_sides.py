@@ -1,0 +1,180 @@
+"""The processes of ``switchyard bench gateway``: the mock, Switchyard's gateway (in front of
+the embedded stack) and the LiteLLM proxy, each in its own process, all stopped at the end.
+
+:class:`Side` is what the load driver needs of each: a base URL, the model name to ask,
+the API key, and the processes whose CPU counts for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from app.embedded.broker import free_port
+from app.embedded.lifetime import die_with_parent
+from app.embedded.stack import EmbeddedStack
+from app.gateway.run import LOCAL_KEY, add_local_key
+from bench.gateway_mock import MODEL
+
+
+@dataclass
+class Side:
+    name: str
+    base_url: str
+    model: str
+    api_key: str
+    #: Processes whose CPU is this side's (name -> pid).
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+class Process:
+    """A child process with its log in ``workdir``; killed with its parent."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], workdir: Path) -> None:
+        self.name = name
+        with (workdir / f"{name}.log").open("ab") as log:
+            self.popen = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def kill(self) -> None:
+        """SIGKILL, and reap."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_mock(latency_ms: int, workdir: Path) -> tuple[Process, str]:
+    port = free_port()
+    command = [sys.executable, "-m", "bench.gateway_mock", str(port), str(latency_ms)]
+    mock = Process("mock", command, dict(os.environ), workdir)
+    _wait_listening(port, mock)
+    return mock, f"http://127.0.0.1:{port}/v1"
+
+
+def providers_yaml(mock_url: str) -> str:
+    provider = {"id": "mock", "base_url": mock_url, "max_concurrency": 1000, "timeout_ms": 30_000}
+    provider["models"] = [{"name": MODEL}]
+    routes = {"chat": {"providers": ["mock"]}}
+    return str(yaml.safe_dump({"providers": [provider], "routes": routes}))
+
+
+def start_gateway(stack: EmbeddedStack, workdir: Path, port: int, partition: int = 0) -> Process:
+    """``switchyard gateway`` in front of ``stack``, on ``port``, owning reply ``partition``."""
+    env = {
+        **stack.worker_env(99),
+        "SWITCHYARD_GATEWAY_PORT": str(port),
+        "SWITCHYARD_GATEWAY_REPLY_PARTITIONS": f"[{partition}]",
+    }
+    return Process("gateway", [sys.executable, "-m", "app.cli", "gateway"], env, workdir)
+
+
+def allow_local_key(stack: EmbeddedStack) -> None:
+    """Let ``LOCAL_KEY`` into the gateways of ``stack`` (before the first one starts)."""
+    add_local_key(stack.providers_file, LOCAL_KEY)
+
+
+def switchyard_side(stack: EmbeddedStack, gateway: Process, port: int) -> Side:
+    pids = {"gateway": gateway.pid, "worker": _worker_pid(stack)}
+    return Side("switchyard", f"http://127.0.0.1:{port}/v1", "chat", LOCAL_KEY, pids)
+
+
+def _worker_pid(stack: EmbeddedStack) -> int:
+    process = stack.workers[0].process
+    assert process is not None
+    return process.pid
+
+
+def start_litellm(mock_url: str, workdir: Path) -> tuple[Process, Side]:
+    """The LiteLLM proxy (``litellm --config``) routing ``chat`` to the mock, with a master
+    key (it refuses to start without one) and the local cost map (no network)."""
+    params = {"model": f"openai/{MODEL}", "api_base": mock_url, "api_key": "sk-mock"}
+    config = {
+        "model_list": [{"model_name": "chat", "litellm_params": params}],
+        "litellm_settings": {"telemetry": False, "drop_params": True},
+    }
+    path = workdir / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    key = f"sk-bench-{secrets.token_hex(16)}"
+    port = free_port()
+    env = {
+        **os.environ,
+        "LITELLM_MASTER_KEY": key,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_TELEMETRY": "False",
+    }
+    litellm = str(Path(sys.executable).with_name("litellm"))
+    command = [litellm, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    process = Process("litellm", command, env, workdir)
+    side = Side("litellm", f"http://127.0.0.1:{port}/v1", "chat", key, {"proxy": process.pid})
+    return process, side
+
+
+def litellm_unavailable() -> str | None:
+    """Why the LiteLLM proxy cannot run here (None: it can)."""
+    if not Path(sys.executable).with_name("litellm").exists():
+        return "the litellm command is not installed (pip install 'litellm[proxy]')"
+    found = subprocess.run(
+        [sys.executable, "-c", "import litellm.proxy.proxy_server"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        check=False,
+        timeout=120,
+    )
+    if found.returncode != 0:
+        lines = found.stderr.strip().splitlines()
+        return f"the LiteLLM proxy does not import: {lines[-1] if lines else found.returncode}"
+    return None
+
+
+async def wait_healthy(url: str, process: Process, timeout_s: float = 120.0) -> None:
+    """Until ``url`` answers 200 (the process must stay up)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient() as http:
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise RuntimeError(f"{process.name} exited; see its log")
+            try:
+                if (await http.get(url, timeout=2)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"{process.name} not healthy within {timeout_s:g}s")
+
+
+def _wait_listening(port: int, process: Process, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"{process.name} exited; see its log")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{process.name} did not listen within {timeout_s:g}s")
