@@ -159,6 +159,10 @@ def _up(args: argparse.Namespace) -> int:
             for worker in stack.workers:  # /metrics, /healthz, /readyz, /admin
                 print(f"web={worker.web_url}", flush=True)
             print(f"gateway={gateway.url}/v1", flush=True)
+            from app.console.server import start_stack_console
+
+            console = await start_stack_console(stack)  # the analytics sink and its pages
+            print(f"console={console.url}", flush=True)
             print(f"api_key={'(--api-key)' if args.api_key else LOCAL_KEY}", flush=True)
             for provider_id, url in stack.providers.base_urls().items():
                 print(f"provider {provider_id} {url}", flush=True)
@@ -175,6 +179,8 @@ def _up(args: argparse.Namespace) -> int:
             # Bounded: a broker that no longer answers holds the gateway's producer (10 s in all).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(gateway.stop(), timeout=1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(console.stop(), timeout=2.0)
 
     asyncio.run(run())
     return 0
@@ -220,6 +226,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.local_model",
         "SmolLM2-135M on llama-server: tokens/s, local-first hits",
     ),
+    "trace": ("bench.trace", "/admin/trace latency from the analytics store: 1,000 vs 100,000"),
 }
 
 
@@ -288,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.audit.commands import register
 
     register(commands)  # replay, audit, export
+    from app.analytics.commands import register as register_analytics
+
+    register_analytics(commands)  # analytics (the sink), console (sink and pages)
     from app.policy_commands import register as register_policy
 
     register_policy(commands)  # policy apply, policy history

@@ -297,6 +297,11 @@ class Settings(BaseSettings):
     #: Streamed answers (issue 12): the executor publishes a stream's first piece at once,
     #: then what came since at most this often (one ``response.delta`` per interval).
     stream_flush_interval_s: float = Field(default=0.02, ge=0.0)
+    #: The analytics store (issue 15, app/analytics/): the DuckDB file the sink folds the
+    #: public topics into, and where ``switchyard console`` listens (loopback by default).
+    analytics_db: Path = Path(".switchyard/analytics.duckdb")
+    console_host: str = "127.0.0.1"
+    console_port: int = Field(default=6070, ge=0, le=65535)
 
     topics: Topics = Field(default_factory=Topics)
     #: SASL and TLS of every Kafka client (``SWITCHYARD_KAFKA_*``, app/kafka_security.py).

@@ -188,6 +188,8 @@ def audit_command(args: argparse.Namespace) -> int:
 def export_command(args: argparse.Namespace) -> int:
     from app.audit.export import write_export, write_policy
 
+    if args.format == "parquet":
+        return _export_parquet(args)
     log = load_log(args)
     manifest = write_export(log, args.directory, get_settings().topics, redact=args.redact)
     counts = ", ".join(f"{name} {n}" for name, n in manifest["counts"].items())
@@ -199,6 +201,22 @@ def export_command(args: argparse.Namespace) -> int:
     else:
         write_policy(policy, args.directory)
         print(f"policy.json: config_hash {policy.config_hash}")
+    return 0
+
+
+def _export_parquet(args: argparse.Namespace) -> int:
+    """The analytics store's tables as Parquet (docs/analytics.md)."""
+    import duckdb
+
+    from app.audit.export import write_parquet_export
+
+    log = None if args.store is not None else load_log(args)
+    try:
+        counts = write_parquet_export(log, args.directory, get_settings().topics, args.store)
+    except duckdb.Error as exc:  # a store another process has open, a directory not writable
+        raise UsageError(f"cannot export the analytics tables: {exc}") from None
+    rows = ", ".join(f"{name} {n}" for name, n in counts.items())
+    print(f"exported the analytics tables to {args.directory} (Parquet): {rows}")
     return 0
 
 
@@ -250,6 +268,15 @@ def register(commands: Any) -> None:
     add_policy_arguments(export)
     export.add_argument(
         "--redact", action="store_true", help="blank prompt and completion text in the export"
+    )
+    export.add_argument(
+        "--format",
+        choices=("jsonl", "parquet"),
+        default="jsonl",
+        help="jsonl: the recorded streams; parquet: the analytics store's tables",
+    )
+    export.add_argument(
+        "--store", type=Path, metavar="DB", help="parquet: read this analytics store file"
     )
     export.set_defaults(run=_guarded(export_command))
 

@@ -1,0 +1,8 @@
+"""The analytics store (issue 15): the recorded events folded into an embedded DuckDB
+database, idempotent by event id and restart-safe (docs/analytics.md).
+
+``schema`` (tables), ``views``, ``rows`` (event -> rows, never text), ``store`` (one
+transaction per batch, offsets included), ``sink`` (the aiokafka consumer), ``load``
+(a recorded log into a store), ``trace`` (``switchyard audit --json`` from the store),
+``sample`` (a dressed synthetic log), ``commands`` (``switchyard analytics``/``console``).
+"""
