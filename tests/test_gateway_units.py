@@ -109,6 +109,11 @@ def test_request_event_carries_what_the_contract_knows() -> None:
     assert event["tools"] == body["tools"] and event["provider"] == {"only": ["a"]}
     assert event["stream"] is True  # the executor publishes the answer's deltas
     assert "stream" not in request_event({**body, "stream": False}, "rid", None, REPLY)
+    # The key's name (never the key) goes with the request: its budget and route apply;
+    # a body cannot name another key.
+    named = request_event({**body, "key_name": "other"}, "rid", "acme", REPLY, "support-bot")
+    assert named["key_name"] == "support-bot"
+    assert "key_name" not in event
     assert wants_stream({"stream": True, "stream_options": {"include_usage": True}}) == (
         True,
         True,

@@ -92,9 +92,6 @@ def test_every_kafka_client_the_project_builds_takes_the_security_helper() -> No
     assert missing == [], f"pass **client_security() (app/kafka.py) at: {missing}"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="app/gateway/* is not this change's: it needs **client_security(settings)"
-)
 def test_the_gateways_clients_take_it_too() -> None:
     sites = [s for s in construction_sites() if s[0].startswith(PENDING)]
     assert sites and all(spread & HELPERS for _, _, _, spread in sites)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS
 from app.events import Response
+from app.kafka import client_security
 
 #: Give up on a lookup after this long.
 LOOKUP_TIMEOUT_S = 10.0
@@ -43,6 +44,7 @@ class ResponseLookup:
                 enable_auto_commit=False,
                 group_id=None,
                 fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                **client_security(),
             )
             await consumer.start()
             try:

@@ -28,7 +28,7 @@ from app.gateway.lookup import ResponseLookup
 from app.gateway.translate import request_event
 from app.gateway.waiter import ReplyWaiter
 from app.ingest import accept
-from app.kafka import bootstrap_servers
+from app.kafka import bootstrap_servers, client_security
 from app.settings import Settings
 
 #: Beyond the request deadline, how long the router may take to answer a lost attempt.
@@ -76,6 +76,7 @@ class Gateway:
             bootstrap_servers=bootstrap,
             linger_ms=1,
             max_request_size=settings.producer_max_request_size,
+            **client_security(settings),
         )
         self._started = False
 
@@ -101,7 +102,7 @@ class Gateway:
     def prepare(self, body: Any, key: GatewayKey, asked_id: str | None) -> Prepared:
         """The checked record for ``body``; GatewayError when ingest would refuse it."""
         request_id = event_request_id(key, asked_id)
-        event = request_event(body, request_id, key.tenant, self.reply_to)
+        event = request_event(body, request_id, key.tenant, self.reply_to, key.name)
         try:
             value = json.dumps(event, separators=(",", ":"), allow_nan=False).encode()
         except ValueError:  # NaN/Infinity in the body

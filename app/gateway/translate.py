@@ -34,9 +34,14 @@ MAX_METADATA_CHARS = 512
 
 
 def request_event(
-    body: Any, request_id: str, tenant: str | None, reply_to: ReplyTo
+    body: Any,
+    request_id: str,
+    tenant: str | None,
+    reply_to: ReplyTo,
+    key_name: str | None = None,
 ) -> dict[str, Any]:
-    """The ``llm.requests`` record for an HTTP body. Raises GatewayError(400) on a bad shape."""
+    """The ``llm.requests`` record for an HTTP body. Raises GatewayError(400) on a bad shape.
+    ``key_name``: the API key's name (its budget and dynamic route apply; never the key)."""
     if not isinstance(body, dict):
         raise invalid("the body must be a JSON object", "invalid_body")
     if body.get("n") not in (None, 1):
@@ -50,6 +55,8 @@ def request_event(
         event["metadata"] = metadata
     event["request_id"] = request_id
     event["tenant"] = tenant
+    if key_name is not None:
+        event["key_name"] = key_name
     event["reply_to"] = reply_to.model_dump()
     if wants_stream(body)[0]:
         event["stream"] = True  # the executor publishes the answer's deltas

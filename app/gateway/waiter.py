@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from app.compat.tansu import FETCH_MAX_WAIT_MS
 from app.config import ConfigError
 from app.events import Response, StreamDelta
+from app.kafka import client_security
 
 log = logging.getLogger(__name__)
 #: Answers kept for lookups by id.
@@ -44,6 +45,7 @@ class ReplyWaiter:
             enable_auto_commit=False,
             group_id=None,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            **client_security(),
         )
         self._pending: dict[str, asyncio.Future[Response]] = {}
         self._streams: dict[str, Inbox] = {}
