@@ -226,6 +226,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.local_model",
         "SmolLM2-135M on llama-server: tokens/s, local-first hits",
     ),
+    "reload": ("bench.reload", "3 policy changes under traffic on 2 workers; versions, replay"),
     "trace": ("bench.trace", "/admin/trace latency from the analytics store: 1,000 vs 100,000"),
 }
 
