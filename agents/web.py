@@ -9,6 +9,7 @@ under ``/admin`` behind ``SWITCHYARD_ADMIN_TOKEN``).
 from __future__ import annotations
 
 from typing import Any, cast
+from urllib.parse import quote
 
 from faust import web
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
@@ -99,9 +100,14 @@ def served_routes() -> list[dict[str, Any]]:
 
 @app.page("/admin/trace/{request_id}")
 class TraceView(web.View):
-    """``switchyard audit REQUEST_ID --json``, over HTTP: read from the topics on each call."""
+    """``switchyard audit REQUEST_ID --json``, over HTTP. With a console
+    (``SWITCHYARD_CONSOLE_URL``): a redirect to its store-backed trace, whose cost does not
+    grow with the log (issue 15); without one, read from the topics on each call."""
 
     async def get(self, request: web.Request, request_id: str) -> web.Response:
+        if settings.console_url is not None:
+            target = f"{settings.console_url}/admin/trace/{quote(request_id, safe='')}"
+            return self.bytes(b"", status=307, headers={"Location": target})
         from app.audit.explain import also_read, build_trace
         from app.audit.log import read_broker
 

@@ -148,10 +148,16 @@ def _up(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
+        from app.embedded.broker import free_port
         from app.gateway.run import LOCAL_KEY, add_local_key, start_gateway
 
+        console_port = free_port()  # the workers redirect /admin/trace to the console
+        console_env = {"SWITCHYARD_CONSOLE_URL": f"http://127.0.0.1:{console_port}"}
         async with EmbeddedStack(
-            seed=args.seed, local_models=local_models, providers_yaml=providers_yaml
+            seed=args.seed,
+            local_models=local_models,
+            providers_yaml=providers_yaml,
+            env=console_env,
         ) as stack:
             add_local_key(stack.providers_file, args.api_key or LOCAL_KEY)
             gateway = await start_gateway(stack.gateway_settings(args.gateway_port))
@@ -161,7 +167,7 @@ def _up(args: argparse.Namespace) -> int:
             print(f"gateway={gateway.url}/v1", flush=True)
             from app.console.server import start_stack_console
 
-            console = await start_stack_console(stack)  # the analytics sink and its pages
+            console = await start_stack_console(stack, console_port)  # sink and pages
             print(f"console={console.url}", flush=True)
             print(f"api_key={'(--api-key)' if args.api_key else LOCAL_KEY}", flush=True)
             for provider_id, url in stack.providers.base_urls().items():

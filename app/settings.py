@@ -302,6 +302,9 @@ class Settings(BaseSettings):
     analytics_db: Path = Path(".switchyard/analytics.duckdb")
     console_host: str = "127.0.0.1"
     console_port: int = Field(default=6070, ge=0, le=65535)
+    #: Where the console runs (``http://HOST:PORT``): the worker's ``/admin/trace/{id}``
+    #: then redirects there (answered from the store); unset, the worker reads the topics.
+    console_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+$")
 
     topics: Topics = Field(default_factory=Topics)
     #: SASL and TLS of every Kafka client (``SWITCHYARD_KAFKA_*``, app/kafka_security.py).

@@ -172,9 +172,9 @@ async def start_console(
     return running
 
 
-async def start_stack_console(stack: EmbeddedStack) -> RunningConsole:
-    """``switchyard up``'s console: its store in the stack's work dir, any free port."""
+async def start_stack_console(stack: EmbeddedStack, port: int = 0) -> RunningConsole:
+    """``switchyard up``'s console: its store in the stack's work dir, on ``port`` (0: any)."""
     settings = stack.settings().model_copy(
         update={"analytics_db": stack.workdir / "analytics.duckdb", "tansu_compat": True}
     )
-    return await start_console(settings, port=0)
+    return await start_console(settings, port=port)
