@@ -216,6 +216,12 @@ class Pipeline:
 _pipeline = Pipeline()
 
 
+def newest_states() -> dict[str, RouteState]:
+    """States folded here whose rows are not written yet (they wait for their sends, or
+    for the next event of their partition): what ``/admin`` shows over the rows."""
+    return dict(_pipeline.latest)
+
+
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
     _pipeline.forget()

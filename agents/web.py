@@ -73,13 +73,58 @@ def bandit_stats(states: dict[str, RouteState]) -> dict[str, Any]:
             for deployment, arm in sorted(state.arms.items())
         }
         for route, state in sorted(states.items())
+        if state.ledger is None  # a budget's ledger: /admin/budgets
     }
 
 
 @app.page("/admin/bandit/stats")
 class BanditStatsView(web.View):
     async def get(self, request: web.Request) -> web.Response:
-        return self.json(bandit_stats(all_route_states()))
+        return self.json(bandit_stats(_states()))
+
+
+@app.page("/admin/budgets")
+class BudgetsView(web.View):
+    """Issue 13 §3: each budget's spend, holds, waiting asks and what remains, as the
+    ledgers this worker folds hold them (a worker holds the ledgers of its partitions)."""
+
+    async def get(self, request: web.Request) -> web.Response:
+        from app.runtime import policy_holder
+
+        limits = policy_holder().current.config.budget_by_key
+        return self.json(budget_report(_states(), limits))
+
+
+def _states() -> dict[str, RouteState]:
+    """The rows, with the states folded since that are not written yet."""
+    from agents.router import newest_states
+
+    return {**all_route_states(), **newest_states()}
+
+
+def budget_report(states: dict[str, RouteState], limits: dict[str, Any]) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    for key, state in sorted(states.items()):
+        ledger = state.ledger
+        if ledger is None:
+            continue
+        scope = key.removeprefix("budget:")
+        budget = limits.get(scope)
+        row: dict[str, Any] = {
+            "day": ledger.day,
+            "spent_day_usd": ledger.day_usd,
+            "month": ledger.month,
+            "spent_month_usd": ledger.month_usd,
+            "held_usd": ledger.held,
+            "attempts_held": len(ledger.holds),
+            "asks_waiting": len(ledger.waiting),
+        }
+        for window, spent in (("day", ledger.day_usd), ("month", ledger.month_usd)):
+            limit = None if budget is None else getattr(budget, f"usd_per_{window}")
+            row[f"limit_{window}_usd"] = limit
+            row[f"remaining_{window}_usd"] = None if limit is None else limit - spent - ledger.held
+        report[scope] = row
+    return report
 
 
 @app.page("/admin/routes")

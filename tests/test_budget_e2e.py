@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from stack_helpers import chat, collect, publish, switchyard, warm_up
@@ -94,6 +95,16 @@ async def test_a_burst_against_a_budget_on_three_workers(
     # Exact: every attempt once, as its outcome says.
     assert sum(served_cost.values()) == pytest.approx(cost, rel=1e-12, abs=1e-12)
     assert spent <= limit
+
+    # /admin/budgets: the worker that folds the ledger shows the same spend.
+    async with httpx.AsyncClient() as client:
+        shown = [
+            (await client.get(f"{w.web_url}/admin/budgets", timeout=10)).json()
+            for w in stack.workers
+        ]
+    ledgers = [s["route:chat"] for s in shown if "route:chat" in s]
+    assert any(row["spent_day_usd"] == pytest.approx(spent, abs=1e-12) for row in ledgers)
+    assert all(row["limit_day_usd"] == limit for row in ledgers)
 
     code, out = await switchyard(stack, "replay", "--json", "--allow-pending")
     report = json.loads(out)
