@@ -22,6 +22,7 @@ from factories import T0, accepted, finish, policy
 
 import agents.router as router
 from app.events import RouteTick, derived_id
+from app.routing.book import PolicyBook
 from app.routing.fold import at
 from app.routing.state import RouteState
 
@@ -63,8 +64,11 @@ class FakeTopic:
 
 
 class Holder:
+    """The policy holder: the file's policy, no version from the policy topic yet."""
+
     def __init__(self) -> None:
         self.current = policy()
+        self.book = PolicyBook()
 
 
 @pytest.fixture
