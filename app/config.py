@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from app.config_access import Budget as Budget
 from app.config_access import GatewayKey as GatewayKey
+from app.config_auto import AffinityConfig, AutoConfig
 from app.route_graph import DynamicRoutes, GraphError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -157,6 +158,10 @@ class RouteConfig(BaseModel):
     cost_target_usd: float | None = Field(default=None, gt=0.0)
     #: Issue 10 §6: the route's built-in judge (app/judge.py), off when absent.
     judge: JudgeConfig | None = None
+    #: Issue 14: ``model: "auto"`` on this route (app/config_auto.py), off when absent.
+    auto: AutoConfig | None = None
+    #: Issue 14: cache/session affinity settings (absent: the defaults, affinity on).
+    affinity: AffinityConfig | None = None
 
 
 class ProviderLists(BaseModel):

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from app.contract.auto import AutoTrace
 from app.contract.base import (
     _ID_NAMESPACE,
     SCHEMA_VERSION,
@@ -76,6 +77,9 @@ class RequestAccepted(Envelope):
     #: They differ for a backlog (a worker was down): the router's clock then follows
     #: ingest, so a request whose deadline passed in the log is answered without a call.
     ingested_at: datetime | None = None
+    #: Issue 14: SHA-256 of the prompt's prefix (tools and the messages up to the first
+    #: user message, bounded): the context cache affinity pins. No text.
+    prefix_sha256: str | None = None
 
 
 class StatusClass(StrEnum):
@@ -248,6 +252,11 @@ class Decision(Envelope):
     #: The budget pacer's cost multiplier and target ($ per request) when one applies.
     pacer_multiplier: float | None = None
     cost_target_usd: float | None = None
+    #: Issue 14: the auto router's trace, when the request asked for ``model: "auto"``.
+    auto: AutoTrace | None = None
+    #: Issue 14: the pin followed (``session`` or ``context``) when ``selection_rule`` is
+    #: ``affinity``.
+    affinity: str | None = None
     prompt_sha256: str
     prompt_chars: int
 
@@ -371,6 +380,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "_ID_NAMESPACE",
     "AttemptFinished",
+    "AutoTrace",
     "BudgetAsk",
     "BudgetSettle",
     "BudgetVerdict",

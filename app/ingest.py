@@ -25,11 +25,13 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from app.config import RoutingConfig
+from app.config_auto import AUTO_MODEL, auto_route
 from app.events import ChatRequest, DeadLetter, LogPosition, RequestAccepted, derived_id
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
 from app.understanding.features import extract_features
 from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
 from app.understanding.modes import ModelRef, parse_model_id
+from app.understanding.prefix import prefix_sha256
 from app.understanding.text import prompt_text
 
 #: A lone UTF-16 surrogate: valid in a Python str, not encodable as UTF-8.
@@ -78,6 +80,9 @@ def _route_of(ref: ModelRef, config: RoutingConfig) -> str | None:
     """The route a request goes to. A pin goes to a route listing its provider (the
     router answers an unknown or invalid id with an error, it is not dead-lettered)."""
     if ref.kind == "route":
+        if ref.raw == AUTO_MODEL and AUTO_MODEL not in config.route_names():
+            # Issue 14: the route whose auto router picks the model (its workspace's rules).
+            return auto_route(config.routes, config.default_route)
         return config.resolve_route(ref.route)
     candidates = config.routes_with(ref.provider) if ref.provider else []
     return candidates[0] if candidates else config.default_route
@@ -198,4 +203,5 @@ def accept(
         suffix=ref.suffix,
         model_error=ref.error,
         guardrail=hit.keyword if hit else None,
+        prefix_sha256=prefix_sha256(request),
     )

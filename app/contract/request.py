@@ -20,6 +20,10 @@ class RoutingOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
+    #: Issue 14: ``false`` opts this request out of cache/session affinity.
+    affinity: bool | None = None
+    #: Issue 14: ``false`` keeps context (prompt prefix) affinity but ignores ``session_id``.
+    session_affinity: bool | None = None
 
 
 class ProviderPreferences(BaseModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
-from app.routing import parking
+from app.routing import affinity, auto, parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.budget_route import ask_first
 from app.routing.candidates import plan_candidates, tenant_policy
@@ -123,7 +123,9 @@ def route(
     can ever take it, or no room to park) it is refused.
     """
     request_id = accepted.request.request_id
-    plan = plan_candidates(accepted, policy, attempt, tried)
+    plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
+    if plan is None:
+        plan = plan_candidates(accepted, policy, attempt, tried)
     if plan.refusal is not None:
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
@@ -132,7 +134,9 @@ def route(
     if asked is not None:
         return asked  # parked until every budget holds its worst case (issue 13 §3)
     learning = prepare(state, accepted, attempt, policy)
-    selection = select(state, plan, request_id, attempt, tried, policy, learning)
+    keys = affinity.keys_of(accepted, policy)
+    sticks = affinity.sticks(state, keys)
+    selection = select(state, plan, request_id, attempt, tried, policy, learning, sticks)
     arms = {**state.arms, **selection.arms}
     chosen = selection.chosen
     if chosen is None:
@@ -165,6 +169,7 @@ def route(
             decided_at=state.clock,
             deadline=deadline,
             budget_nodes=tuple(accepted.dynamic.budget_nodes) if accepted.dynamic else (),
+            affinity=keys,
         ),
     }
     expiry = deadline + LOST_ATTEMPT_GRACE_S
@@ -205,6 +210,8 @@ def route(
         context_depth=level_index(learning.chain, selection.level),
         pacer_multiplier=learning.multiplier,
         cost_target_usd=learning.target_usd,
+        auto=auto.trace(accepted, plan, selection),
+        affinity=selection.affinity,
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )

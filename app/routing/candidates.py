@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
-from app.events import ErrorBody, Exclusion, RequestAccepted
+from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.understanding.domains import DomainCandidates, domain_candidates, is_generalist
 from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
@@ -41,6 +41,11 @@ class CandidatePlan:
     refusal: ErrorBody | None = None
     #: A local-first attempt: the answer is kept only at this confidence or above.
     min_confidence: float | None = None
+    #: Issue 14: ``arms`` are ranked (the auto router's order): the first eligible one is
+    #: chosen, ``scores`` are the ranking's trace and ``auto`` the rest of it.
+    ordered: bool = False
+    scores: list[Candidate] | None = None
+    auto: AutoTrace | None = None
 
 
 def tenant_policy(accepted: RequestAccepted, policy: Policy) -> TenantPolicy:
@@ -57,6 +62,11 @@ def _mode(accepted: RequestAccepted, preset: TenantPolicy, policy: Policy) -> Mo
         parse_mode(preset.mode) if preset.mode else None,
         parse_mode(route.mode) if route is not None and route.mode else None,
     )
+
+
+def provider_lists(accepted: RequestAccepted, policy: Policy) -> ProviderLists:
+    """The tenant preset's provider lists narrowed by the request's."""
+    return _merged_lists(tenant_policy(accepted, policy), accepted)
 
 
 def _merged_lists(preset: ProviderLists, accepted: RequestAccepted) -> ProviderLists:

@@ -211,7 +211,9 @@ def _with_model_node(accepted: RequestAccepted, path: Path) -> RequestAccepted:
     assert model is not None
     changes: dict[str, object] = {}
     if model.mode is not None:
-        changes["routing"] = RoutingOptions.model_validate({"mode": str(model.mode)})
+        # The node's mode; the request's other options (its affinity opt-outs) stay.
+        asked = accepted.request.routing.model_dump() if accepted.request.routing else {}
+        changes["routing"] = RoutingOptions.model_validate({**asked, "mode": str(model.mode)})
     if model.provider is not None:
         changes["provider"] = ProviderPreferences.model_validate(model.provider.model_dump())
     if not changes:

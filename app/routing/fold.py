@@ -51,7 +51,7 @@ from app.events import (
     RouteTick,
     RoutingLogEvent,
 )
-from app.routing import budget
+from app.routing import affinity, budget
 from app.routing.admission import LOST_ATTEMPT_GRACE_S, first_attempt, route, take_request
 from app.routing.answers import (
     at,
@@ -310,6 +310,7 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
     state = count_spend(state, finished_attempt.budget_nodes, outcome.cost_usd, policy)
+    state = affinity.observe(state, finished_attempt.affinity, outcome, policy)  # issue 14
     state, settled = settle_attempt(
         state, outcome.route, outcome.request_id, outcome.attempt, outcome.cost_usd
     )

@@ -32,6 +32,7 @@ from app.routing.state import (
     OpenAttempt,
     Pacer,
     Parked,
+    Pin,
     Recent,
     RouteState,
     Sums,
@@ -70,6 +71,8 @@ def to_row(state: RouteState) -> Row:
         row["node_counts"] = {k: [w.index, w.count] for k, w in state.node_counts.tenants.items()}
     if state.node_spend:
         row["node_spend"] = {k: [p, usd] for k, (p, usd) in state.node_spend.items()}
+    if state.affinity:  # issue 14
+        row["affinity"] = {k: [p.deployment, p.until, p.started] for k, p in state.affinity.items()}
     return row
 
 
@@ -77,6 +80,8 @@ def _open_row(a: OpenAttempt) -> Row:
     row: Row = {"deployment": a.deployment, "decided_at": a.decided_at, "deadline": a.deadline}
     if a.budget_nodes:
         row["budget_nodes"] = list(a.budget_nodes)
+    if a.affinity:
+        row["affinity"] = list(a.affinity)
     return row
 
 
@@ -222,6 +227,7 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
                 decided_at=float(a["decided_at"]),
                 deadline=float(a["deadline"]),
                 budget_nodes=tuple(a.get("budget_nodes", ())),
+                affinity=tuple(a.get("affinity", ())),
             )
             for key, a in (row.get("open_attempts") or {}).items()
         },
@@ -259,6 +265,10 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
             }
         ),
         node_spend={k: (str(p), float(u)) for k, (p, u) in (row.get("node_spend") or {}).items()},
+        affinity={
+            k: Pin(str(d), float(u), float(s))
+            for k, (d, u, s) in (row.get("affinity") or {}).items()
+        },
     )
 
 

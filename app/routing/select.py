@@ -7,11 +7,12 @@ propensity out. Nothing here reads a clock or an unseeded generator.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from app.events import Candidate, Exclusion
 from app.routing import breaker, strategies
+from app.routing.affinity import Stick
 from app.routing.candidates import CandidatePlan
 from app.routing.context import EVERYTHING
 from app.routing.learning import NO_LEARNING, Learning
@@ -32,6 +33,8 @@ class Selection:
     rule: str = "score"
     #: The context bucket the chosen arm's estimate came from (issue 10).
     level: str = EVERYTHING
+    #: Issue 14: the pin followed (``session`` or ``context``) when ``rule`` is ``affinity``.
+    affinity: str | None = None
 
 
 def _exclusion_reason(arm: Arm, state: ArmState, tried: Collection[str], now: float) -> str | None:
@@ -59,8 +62,15 @@ def select(
     tried: Collection[str],
     policy: Policy,
     learning: Learning = NO_LEARNING,
+    sticks: Sequence[Stick] = (),
 ) -> Selection:
-    """Rank the plan's arms (or, given a route name, all of the route's default deployments)."""
+    """Rank the plan's arms (or, given a route name, all of the route's default deployments).
+
+    Issue 14: an ordered plan (the auto router's) takes its first eligible arm
+    (``auto``); otherwise the strategy ranks, a due half-open probe goes first, and then
+    the first of ``sticks`` (live affinity pins) whose deployment is eligible with a
+    closed breaker wins (``affinity``) over the scores.
+    """
     plan = route if isinstance(route, CandidatePlan) else None
     arms = plan.arms if plan is not None else policy.arms(str(route))
     mode = plan.mode.mode if plan is not None else DEFAULT_MODE
@@ -87,15 +97,36 @@ def select(
             excluded.append(Exclusion(deployment=arm.deployment, reason=reason))
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
+    if plan is not None and plan.ordered:  # the auto router's ranking (issue 14)
+        scores = plan.scores or []
+        stuck = _stuck(eligible, sticks)
+        if stuck is not None:
+            return Selection(
+                stuck[0], scores, excluded, 1.0, updated, "affinity", affinity=stuck[1]
+            )
+        return Selection(eligible[0][0], scores, excluded, 1.0, updated, "auto")
     ranking = strategies.rank(
         eligible, total_started, request_id, attempt, policy, mode, state.clock, learning
     )
     probe = _due_probe(eligible) if half_open and ranking.rule != "untried_first" else None
     if probe is not None:
-        # A half-open breaker gets one live probe at a time, whatever the scores say:
-        # otherwise a strategy that learnt to avoid the arm would never see it recover.
+        # A half-open breaker gets one live probe at a time, whatever the scores (or a
+        # pin) say: otherwise a strategy that learnt to avoid the arm would never see it
+        # recover.
         return Selection(
             eligible[probe][0], ranking.candidates, excluded, 1.0, updated, "half_open_probe"
+        )
+    stuck = _stuck(eligible, sticks) if sticks else None
+    if stuck is not None:  # issue 14: a live pin wins over the scores, never over a filter
+        return Selection(
+            stuck[0],
+            ranking.candidates,
+            excluded,
+            1.0,
+            updated,
+            "affinity",
+            ranking.level,
+            affinity=stuck[1],
         )
     return Selection(
         eligible[ranking.chosen][0],
@@ -106,6 +137,17 @@ def select(
         ranking.rule,
         ranking.level,
     )
+
+
+def _stuck(eligible: list[tuple[Arm, ArmState]], sticks: Sequence[Stick]) -> tuple[Arm, str] | None:
+    """The first live pin whose deployment is eligible with a closed breaker (a half-open
+    one is probed by the breaker's rule, not sent a pinned session), and its kind."""
+    for stick in sticks:
+        for arm, arm_state in eligible:
+            closed = arm_state.breaker.state is BreakerPhase.CLOSED
+            if arm.deployment == stick.deployment and closed:
+                return arm, stick.kind
+    return None
 
 
 def _due_probe(eligible: list[tuple[Arm, ArmState]]) -> int | None:

@@ -147,6 +147,9 @@ class OpenAttempt:
     deadline: float
     #: Dynamic routes' budget nodes its request passed (their spend counts its cost).
     budget_nodes: tuple[str, ...] = ()
+    #: Issue 14: the affinity keys its request may pin (``s:…`` session, ``c:…`` context),
+    #: pinned to the deployment if the answer reports a prompt-cache read.
+    affinity: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,6 +232,16 @@ class Line:
     blocked_at: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Issue 14: a context or session pinned to the deployment that read its prompt cache,
+    until ``until`` (route clock); ``started``: its first pin (a session's 24 h cap)."""
+
+    deployment: str
+    until: float
+    started: float
+
+
 #: How many grade ids a route remembers to drop a re-sent grade.
 RECENT_GRADES = 512
 
@@ -271,6 +284,8 @@ class RouteState:
     #: ``graph/node/subject``; and their budget nodes' spend: (period, USD).
     node_counts: RateWindow = field(default_factory=RateWindow)
     node_spend: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: Issue 14: cache/session affinity pins by key (app/routing/affinity.py); bounded.
+    affinity: dict[str, Pin] = field(default_factory=dict)
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)
