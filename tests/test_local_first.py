@@ -16,6 +16,7 @@ from app.execution.call import call_provider, confidence_of
 from app.execution.http import make_client
 from app.execution.outcome import is_final
 from app.routing.policy import Policy
+from app.routing.reliability import ends_request
 from app.settings import RoutingParams
 
 LOCAL = "local-smol:smollm2"
@@ -144,3 +145,17 @@ async def test_the_executor_asks_for_logprobs_and_judges_confidence(
     assert result.status_class is StatusClass.SUCCESS
     assert result.confidence is not None
     assert is_final(dispatch, result) is expected_final
+
+
+@pytest.mark.parametrize(
+    ("status", "http_status"),
+    [(StatusClass.CLIENT_ERROR, 400), (StatusClass.SERVER_ERROR, 500), (StatusClass.TIMEOUT, None)],
+)
+def test_a_failed_local_attempt_hands_the_request_on(
+    status: StatusClass, http_status: int | None
+) -> None:
+    """A prompt beyond the local model's context is a 400 from llama.cpp's server: the
+    cloud takes it (a cloud attempt's 400 still ends the request)."""
+    assert not ends_request(1, 3, status, http_status, confidence=None, min_confidence=0.75)
+    assert ends_request(2, 3, StatusClass.CLIENT_ERROR, 400)
+    assert ends_request(3, 3, status, http_status, min_confidence=0.75)  # no attempt left

@@ -81,12 +81,18 @@ def ends_request(
     min_confidence: float | None = None,
 ) -> bool:
     """Whether this attempt's result is the request's last: true unless it failed in a
-    retriable way, or a local-first answer was not confident enough, and attempts remain.
+    retriable way, or was a local-first attempt (``min_confidence`` set) that did not give
+    a confident answer, and attempts remain.
 
-    The one rule the executor, the replay tools and the simulator share.
+    A local-first attempt that failed in any way hands the request on, a client error
+    included: the local model refuses what the cloud takes (a prompt beyond its context
+    window is a 400 from llama.cpp's server). The one rule the executor, the replay
+    tools and the simulator share.
     """
     if attempt >= max_attempts:
         return True
-    if min_confidence is not None and status_class is StatusClass.SUCCESS:
+    if min_confidence is not None:
+        if status_class is not StatusClass.SUCCESS:
+            return False
         return confidence is not None and confidence >= min_confidence
     return not is_retriable(status_class, http_status)
