@@ -183,7 +183,8 @@ class GradeApplied(Envelope):
     replaces_weight: float | None = Field(default=None, gt=0.0, le=100.0)
 
 
-RoutingLogEvent = Annotated[
+#: Every kind of event on the routing log (the union; ``RoutingLogEvent`` parses it).
+RoutingEvent = (
     RequestAccepted
     | AttemptFinished
     | RouteTick
@@ -191,9 +192,9 @@ RoutingLogEvent = Annotated[
     | PolicyChanged
     | BudgetAsk
     | BudgetVerdict
-    | BudgetSettle,
-    Field(discriminator="type"),
-]
+    | BudgetSettle
+)
+RoutingLogEvent = Annotated[RoutingEvent, Field(discriminator="type")]
 
 
 # --------------------------------------------------------------------------- decisions
@@ -326,16 +327,7 @@ class DeadLetter(Envelope):
     original_base64: str
 
 
-def route_of(
-    event: RequestAccepted
-    | AttemptFinished
-    | RouteTick
-    | GradeApplied
-    | PolicyChanged
-    | BudgetAsk
-    | BudgetVerdict
-    | BudgetSettle,
-) -> str:
+def route_of(event: RoutingEvent) -> str:
     """The route a routing-log event belongs to (its partition key); a budget's ledger
     is a key of its own (app/contract/budget.py)."""
     if isinstance(event, AttemptFinished):
@@ -412,6 +404,7 @@ __all__ = [
     "RequestAccepted",
     "Response",
     "RouteTick",
+    "RoutingEvent",
     "RoutingLogEvent",
     "RoutingOptions",
     "StatusClass",

@@ -37,37 +37,20 @@ from pydantic import TypeAdapter, ValidationError
 
 from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
 from app.events import (
-    AttemptFinished,
-    BudgetAsk,
-    BudgetSettle,
-    BudgetVerdict,
     Decision,
     Feedback,
     FeedbackAccepted,
-    GradeApplied,
     LogPosition,
     Outcome,
-    PolicyChanged,
-    RequestAccepted,
     Response,
-    RouteTick,
     RoutingLogEvent,
 )
+from app.events import RoutingEvent as RoutingEvent  # the audit tools import it from here
 from app.feedback import accept_feedback
 from app.kafka import client_security
 from app.settings import Topics
 
 E = TypeVar("E")
-RoutingEvent = (
-    RequestAccepted
-    | AttemptFinished
-    | RouteTick
-    | GradeApplied
-    | PolicyChanged
-    | BudgetAsk
-    | BudgetVerdict
-    | BudgetSettle
-)
 STREAMS = ("routing", "decisions", "outcomes", "responses", "feedback")
 #: Streams a log may lack (the topic did not exist when it was recorded).
 OPTIONAL_STREAMS = frozenset({"feedback"})

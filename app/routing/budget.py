@@ -51,15 +51,7 @@ def ask(
         return ledger, [_granted(event, clock)]
     if any(attempt_key(w.request_id, w.attempt) == key for w in ledger.waiting):
         return ledger, []
-    waiting = Waiting(
-        event.request_id,
-        event.attempt,
-        event.route,
-        event.amount_usd,
-        tuple(event.scopes),
-        event.index,
-        event.deadline,
-    )
+    waiting = _waiting(event)
     if ledger.waiting and budget is not None:
         if len(ledger.waiting) >= MAX_WAITING:
             return ledger, [_denied(waiting, clock, "budget_busy")]
@@ -156,7 +148,11 @@ def _passed(waiting: Waiting, clock: float) -> RoutingLogEvent:
 
 
 def _granted(event: BudgetAsk, clock: float) -> RoutingLogEvent:
-    waiting = Waiting(
+    return _passed(_waiting(event), clock)
+
+
+def _waiting(event: BudgetAsk) -> Waiting:
+    return Waiting(
         event.request_id,
         event.attempt,
         event.route,
@@ -165,7 +161,6 @@ def _granted(event: BudgetAsk, clock: float) -> RoutingLogEvent:
         event.index,
         event.deadline,
     )
-    return _passed(waiting, clock)
 
 
 def _denied(waiting: Waiting, clock: float, reason: str) -> RoutingLogEvent:
