@@ -29,6 +29,7 @@ from app.contract.base import (
     derived_id,
 )
 from app.contract.budget import BudgetAsk, BudgetSettle, BudgetVerdict, ledger_key
+from app.contract.decision import Candidate, Decision, Exclusion
 from app.contract.dynamic import DynamicTrace
 from app.contract.features import Features
 from app.contract.feedback import (
@@ -198,68 +199,6 @@ RoutingLogEvent = Annotated[RoutingEvent, Field(discriminator="type")]
 
 
 # --------------------------------------------------------------------------- decisions
-
-
-class Candidate(Frozen):
-    deployment: str
-    #: None for an arm never tried, which seed 000 picks before any score.
-    score: float | None
-    #: Per-factor contributions; for UCB1 they add up to ``score``.
-    factors: dict[str, float]
-
-
-class Exclusion(Frozen):
-    deployment: str
-    reason: str
-
-
-class Decision(Envelope):
-    """Which deployment an attempt goes to, and why. No prompt text."""
-
-    type: Literal["routing.decision"] = "routing.decision"
-    request_id: str
-    attempt: int
-    route: str
-    deployment: str
-    provider: str
-    model: str
-    strategy: str
-    algorithm_version: str
-    candidates: list[Candidate]
-    excluded: list[Exclusion]
-    config_hash: str
-    #: The policy version in force on the route (issue 13; 0: none from the policy topic).
-    policy_version: int = 0
-    #: Issue 13 §2: the dynamic route's path and target, when one applied.
-    dynamic: DynamicTrace | None = None
-    #: Routing-log offset of the event this decision was computed at.
-    state_version: int
-    propensity: float
-    #: Why the chosen deployment won: "score", "untried_first" or "half_open_probe".
-    selection_rule: str = "score"
-    #: Seed 000 §6: the detected domain, and how it narrowed the candidates
-    #: (``specialists``, ``fallback_generalists``, ``no_domain``, ``all_providers``, ``pinned``).
-    domain: str | None = None
-    candidate_filter: str = "no_domain"
-    #: Seed 004: the routing mode and which setting chose it.
-    mode: str = "balanced"
-    mode_source: str = "default"
-    #: Issue 10: the request's context key (``tenant|domain|length|code``, app/routing/
-    #: context.py), the bucket the chosen deployment's estimate came from (``*``: none
-    #: finer had enough evidence) and how coarse it is (0: the finest).
-    context: str | None = None
-    context_level: str | None = None
-    context_depth: int | None = None
-    #: The budget pacer's cost multiplier and target ($ per request) when one applies.
-    pacer_multiplier: float | None = None
-    cost_target_usd: float | None = None
-    #: Issue 14: the auto router's trace, when the request asked for ``model: "auto"``.
-    auto: AutoTrace | None = None
-    #: Issue 14: the pin followed (``session`` or ``context``) when ``selection_rule`` is
-    #: ``affinity``.
-    affinity: str | None = None
-    prompt_sha256: str
-    prompt_chars: int
 
 
 class Dispatch(Envelope):
