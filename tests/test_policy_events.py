@@ -221,3 +221,12 @@ def test_a_missing_variable_outside_keys_is_an_error(
     monkeypatch.delenv("ALPHA_URL", raising=False)
     with pytest.raises(ConfigError, match="ALPHA_URL is not set"):
         document_from_file(path, params())
+
+
+def test_a_change_stamped_by_a_clock_far_ahead_moves_no_route_clock() -> None:
+    """An operator's laptop an hour ahead must not expire every request of the route."""
+    ahead = change(1, document("beta")).model_copy(update={"occurred_at": at(T0 + 3600)})
+    default = Policy(routing_config(provider("gamma")), params())
+    driver, log = run([accepted("r0", T0), ahead, accepted("r1", T0 + 1)], default=default)
+    assert driver.state("chat").clock == T0 + 1
+    assert [d for d, _, _ in decided(log)] == ["r0", "r1"]

@@ -147,7 +147,10 @@ def _ledger(state: RouteState, event: BudgetAsk | BudgetSettle, policy: Policy) 
 
 def _event_time(event: RoutingLogEvent) -> float:
     """The time an event brings to the route clock: a request forwarded late (a backlog)
-    brings the time ingest forwarded it."""
+    brings the time ingest forwarded it. A policy change brings none: it is stamped by
+    whoever applied it, whose clock must not expire the route's requests."""
+    if isinstance(event, PolicyChanged):
+        return 0.0
     when = epoch(event.occurred_at)
     if isinstance(event, RequestAccepted) and event.ingested_at is not None:
         return max(when, epoch(event.ingested_at))
