@@ -20,6 +20,7 @@ from app.routing.context import level_index
 from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
+from app.routing.records import trusted
 from app.routing.select import select
 from app.routing.state import (
     NEW_ARM,
@@ -182,7 +183,7 @@ def route(
         expiry_check_at=expiry,
         pacers=pacers(state, learning),
     )
-    decision = Decision(
+    decision = trusted(Decision)(
         id=derived_id("decision", request_id, attempt),
         occurred_at=at(state.clock),
         request_id=request_id,
@@ -193,8 +194,8 @@ def route(
         model=chosen.model,
         strategy=policy.params.strategy.value,
         algorithm_version=algorithm_version(policy),
-        candidates=selection.candidates,
-        excluded=selection.excluded,
+        candidates=list(selection.candidates),
+        excluded=list(selection.excluded),
         config_hash=policy.config_hash,
         policy_version=policy.version,
         dynamic=accepted.dynamic,
@@ -215,7 +216,7 @@ def route(
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )
-    dispatch = Dispatch(
+    dispatch = trusted(Dispatch)(
         id=derived_id("dispatch", request_id, attempt),
         occurred_at=decision.occurred_at,
         decision=decision,

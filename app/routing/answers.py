@@ -20,6 +20,7 @@ from app.events import (
 )
 from app.routing import bandit
 from app.routing.policy import Policy
+from app.routing.records import trusted
 
 
 def epoch(moment: datetime) -> float:
@@ -47,7 +48,7 @@ def backoff_s(request_id: str, attempt: int, policy: Policy) -> float:
 
 
 def error_response(request_id: str, attempts: int, clock: float, error: ErrorBody) -> Response:
-    return Response(
+    return trusted(Response)(
         id=derived_id("response", request_id),
         occurred_at=at(clock),
         request_id=request_id,
@@ -78,14 +79,15 @@ def success_response(event: AttemptFinished) -> Response:
     """The answer of a successful final attempt. Stamped with the attempt's own time, so
     the executor that got it can publish it at once, the same record the fold derives."""
     outcome = event.outcome
-    return Response(
+    completion = None if event.completion is None else dict(event.completion)
+    return trusted(Response)(
         id=derived_id("response", outcome.request_id),
         occurred_at=event.occurred_at,
         request_id=outcome.request_id,
         status="ok",
         attempts=outcome.attempt,
         deployment=outcome.deployment,
-        completion=event.completion,
+        completion=completion,
     )
 
 

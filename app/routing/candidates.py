@@ -21,13 +21,14 @@ from typing import cast
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
+from app.routing.records import record
 from app.understanding.domains import DomainCandidates, domain_candidates, is_generalist
 from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
 
 NO_TENANT_POLICY = TenantPolicy()
 
 
-@dataclass(frozen=True)
+@record
 class CandidatePlan:
     arms: list[Arm]
     excluded: list[Exclusion]

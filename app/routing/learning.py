@@ -8,15 +8,14 @@ replay of the log moves it the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from app.events import RequestAccepted
 from app.routing import context, pacer
 from app.routing.policy import Policy
+from app.routing.records import record
 from app.routing.state import Pacer, RouteState
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Learning:
     #: The request's context key (None: no features) and the buckets learnt in, finest first.
     key: str | None = None

@@ -8,7 +8,7 @@ propensity out. Nothing here reads a clock or an unseeded generator.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from app.events import Candidate, Exclusion
 from app.routing import breaker, strategies
@@ -17,11 +17,12 @@ from app.routing.candidates import CandidatePlan
 from app.routing.context import EVERYTHING
 from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import Arm, Policy
+from app.routing.records import record
 from app.routing.state import NEW_ARM, ArmState, BreakerPhase, RouteState
 from app.understanding.modes import DEFAULT_MODE
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Selection:
     chosen: Arm | None
     candidates: list[Candidate]

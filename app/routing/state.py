@@ -1,8 +1,9 @@
 """Routing state of one route, as stored in the route's table row.
 
-Frozen slotted dataclasses (issue 11 §3: nothing is validated or copied field by
-field inside the fold): the pure functions take one and return a new one, never
-changing it (nor its dicts and lists: every update builds new ones). The row is
+Slotted dataclasses, frozen to the type checker (:func:`app.routing.records.record`;
+issue 11 §3: nothing is validated or copied field by field inside the fold): the pure
+functions take one and return a new one, never changing it (nor its dicts and lists:
+every update builds new ones). The row is
 JSON (:mod:`app.routing.rows`); floats round-trip exactly, so a state rebuilt
 from the changelog or by a replay is bit-identical to the live one.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from app.routing.records import record
 from app.understanding.guardrails import RateWindow
 
 #: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
@@ -32,7 +34,7 @@ class BreakerPhase(StrEnum):
 BREAKER_GAUGE = {BreakerPhase.CLOSED: 0, BreakerPhase.HALF_OPEN: 1, BreakerPhase.OPEN: 2}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Breaker:
     state: BreakerPhase = BreakerPhase.CLOSED
     failures: int = 0
@@ -40,7 +42,7 @@ class Breaker:
     success_count: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Sums:
     """Discounted outcome sums of one memory (``adaptive``)."""
 
@@ -53,7 +55,7 @@ class Sums:
     latency_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Recent:
     """Two memories of the same outcomes (``adaptive``): each outcome weighs
     2^(-age / half-life), ``slow`` on ADAPTIVE_HALF_LIFE_S, ``fast`` on
@@ -65,7 +67,7 @@ class Recent:
     fast: Sums = field(default_factory=Sums)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Evidence:
     """What one deployment showed in one context bucket (issue 10): its answers, the
     quality grades of those answers and what its attempts cost.
@@ -91,7 +93,7 @@ class Evidence:
     tokens_out: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Pacer:
     """A budget pacer's dual variable (app/routing/pacer.py): the weight of cost, in
     quality per target-cost, and the spend already folded into it."""
@@ -102,7 +104,7 @@ class Pacer:
     requests: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArmState:
     """Seed 000's bandit hash plus latency EMA, breaker and the in-flight count."""
 
@@ -139,7 +141,7 @@ class ArmState:
         return self.pulls + self.in_flight
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OpenAttempt:
     deployment: str
     decided_at: float
@@ -173,7 +175,7 @@ class Parked:
     waits: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Hold:
     """On a route: an attempt under budgets (issue 13 §3), asked for or held by every
     ledger in ``scopes``; settled with its cost when it ends, given back otherwise."""
@@ -183,7 +185,7 @@ class Hold:
     granted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Waiting:
     """On a ledger: an ask it could hold once attempts in flight settle (first come,
     first served); given up at the request's deadline."""
@@ -197,7 +199,7 @@ class Waiting:
     deadline: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ledger:
     """A budget's spend in the current UTC day and month, and what it holds for
     attempts in flight (by ``request_id#attempt``)."""
@@ -214,7 +216,7 @@ class Ledger:
         return sum(self.holds.values())
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Line:
     """Requests of this route that wait in the routing log itself, in arrival order.
 
@@ -232,7 +234,7 @@ class Line:
     blocked_at: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Pin:
     """Issue 14: a context or session pinned to the deployment that read its prompt cache,
     until ``until`` (route clock); ``started``: its first pin (a session's 24 h cap)."""
@@ -246,7 +248,7 @@ class Pin:
 RECENT_GRADES = 512
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteState:
     #: Route clock: the largest event time seen, in epoch seconds. Never goes back.
     clock: float = 0.0

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from app.events import Dispatch, Response, RoutingLogEvent
+from app.routing.records import record
 from app.routing.state import ArmState, RouteState
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     state: RouteState
     dispatches: list[Dispatch] = field(default_factory=list)
@@ -30,7 +31,7 @@ class Step:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Blocked:
     """A new request no deployment can take now because its candidates are busy: it
     waits in the log. ``arms``: breaker moves the selection made on the clock (kept)."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from app.events import Candidate
 from app.routing import adaptive, bandit, context, estimates
 from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import WORKLOAD_INPUT_TOKENS, WORKLOAD_OUTPUT_TOKENS, Arm, Policy
 from app.routing.propensity import thompson_propensity
+from app.routing.records import record
 from app.routing.state import ArmState
 from app.settings import Strategy
 from app.understanding.modes import (
@@ -41,7 +41,7 @@ THOMPSON_FRACTIONAL_VERSION = "seed000-thompson-fractional/3"
 Eligible = Sequence[tuple[Arm, ArmState]]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ranking:
     chosen: int
     candidates: list[Candidate]
