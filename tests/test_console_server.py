@@ -115,3 +115,40 @@ async def test_without_a_token_only_loopback_clients_are_served() -> None:
     gate = console_gate(None)
     assert (await gate(request("127.0.0.1"), ok)).status == 200
     assert (await gate(request("10.1.2.3"), ok)).status == 403
+
+
+def test_a_decision_shows_its_dynamic_route_and_auto_router_traces() -> None:
+    from app.console.pages_requests import _decision
+
+    decision = {
+        "deployment": "c:m1",
+        "strategy": "ucb1",
+        "algorithm_version": "seed000-ucb1/2",
+        "config_hash": "h",
+        "state_version": 7,
+        "propensity": 1.0,
+        "occurred_at": "2026-12-01T00:00:00Z",
+        "candidates": [],
+        "excluded": [],
+        "context": {
+            "policy_version": 3,
+            "dynamic": {
+                "graph": "rollout",
+                "path": {"steps": [{"node": "split", "exit": "canary"}], "end": "canary"},
+                "target": "cheap",
+                "fallbacks": ["chat"],
+                "attempt_base": 2,
+                "forwarded_from": "chat",
+            },
+            "auto": {"workload": "code", "complexity": 0.7, "confidence": 0.9,
+                     "objective": "quality", "spend_profile": "standard",
+                     "max_input_usd_per_mtok": 3.0, "max_output_usd_per_mtok": 15.0,
+                     "capability_floor": 0.8, "chosen": "c:m1", "fallbacks": ["a:m1"],
+                     "classifier": "local", "algorithm_version": "auto-router/1"},
+        },
+    }  # fmt: skip
+    page = _decision(decision)
+    assert "split (canary) → canary" in page and "cheap" in page
+    assert "fallbacks left" in page and "attempts before this model" in page
+    assert "code (complexity 0.7000" in page and "quality" in page and "auto-router/1" in page
+    assert "{" not in page  # no dict dumped as text

@@ -157,6 +157,7 @@ def _attempt(attempt: dict[str, Any]) -> str:
 
 def _decision(decision: dict[str, Any]) -> str:
     context = {k: v for k, v in decision["context"].items() if v is not None}
+    extra = _dynamic(context.pop("dynamic", None)) + _auto(context.pop("auto", None))
     head = dl(
         [
             ("chosen", decision["deployment"]),
@@ -169,7 +170,49 @@ def _decision(decision: dict[str, Any]) -> str:
             *[(name.replace("_", " "), value) for name, value in context.items()],
         ]
     )
-    return head + "<h3>Candidates (ranked)</h3>" + _candidates(decision) + _exclusions(decision)
+    body = _candidates(decision) + _exclusions(decision)
+    return head + extra + "<h3>Candidates (ranked)</h3>" + body
+
+
+def _dynamic(trace: dict[str, Any] | None) -> str:
+    """A dynamic route's path (issue 13 §2): each node with the exit it left by."""
+    if not trace:
+        return ""
+    path = trace.get("path") or {}
+    steps = [f"{s['node']} ({s['exit']})" for s in path.get("steps", [])]
+    walked = " → ".join([*steps, str(path.get("end", "?"))])
+    return "<h3>Dynamic route</h3>" + dl(
+        [
+            ("graph", trace.get("graph")),
+            ("path", walked),
+            ("target", trace.get("target")),
+            ("fallbacks left", ", ".join(trace.get("fallbacks") or []) or "none"),
+            ("attempts before this model", trace.get("attempt_base") or None),
+            ("forwarded from", trace.get("forwarded_from")),
+        ]
+    )
+
+
+def _auto(trace: dict[str, Any] | None) -> str:
+    """The auto router's classification and rules (issue 14)."""
+    if not trace:
+        return ""
+    caps = (trace.get("max_input_usd_per_mtok"), trace.get("max_output_usd_per_mtok"))
+    return "<h3>Auto router</h3>" + dl(
+        [
+            ("workload", f"{trace.get('workload')} (complexity {num(trace.get('complexity'))}, "
+                         f"confidence {num(trace.get('confidence'))})"),
+            ("objective", trace.get("objective")),
+            ("spend profile", f"{trace.get('spend_profile')} (caps in/out $/Mtok: "
+                              f"{caps[0] if caps[0] is not None else '-'} / "
+                              f"{caps[1] if caps[1] is not None else '-'})"),
+            ("capability floor", num(trace.get("capability_floor"))
+             + (" (relaxed)" if trace.get("floor_relaxed") else "")),
+            ("chosen", trace.get("chosen")),
+            ("fallback order", ", ".join(trace.get("fallbacks") or []) or "none"),
+            ("classifier", f"{trace.get('classifier')} ({trace.get('algorithm_version')})"),
+        ]
+    )  # fmt: skip
 
 
 def _candidates(decision: dict[str, Any]) -> str:
