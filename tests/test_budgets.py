@@ -12,6 +12,7 @@ from app.events import (
     RoutingLogEvent,
     StatusClass,
 )
+from app.routing.answers import at
 from app.routing.budget import on_clock
 from app.routing.budget_route import worst_case_usd
 from app.routing.driver import Driver
@@ -116,3 +117,35 @@ def test_ledgers_and_holds_round_trip_in_rows() -> None:
         state = driver.state(key)
         assert loads(dumps(state)) == state
     assert loads(dumps(RouteState())).ledger is None
+
+
+def test_copies_re_sent_after_a_crash_count_once() -> None:
+    """A route that crashed re-folds from its last row and sends its asks and settlements
+    again: the ledger counts each attempt once and holds nothing for a copy."""
+    from app.events import BudgetAsk, BudgetSettle
+    from app.routing.budget import ask, settle
+    from app.routing.budget_route import on_verdict
+    from app.routing.state import Hold
+
+    limits = Budget(scope="route", name="chat", usd_per_day=1.0)
+    question = BudgetAsk(
+        id="a", occurred_at=at(T0), route="chat", request_id="r0", attempt=1,
+        amount_usd=0.01, scopes=["route:chat"], index=0, deadline=T0 + 120,
+    )  # fmt: skip
+    done = BudgetSettle(
+        id="s", occurred_at=at(T0), scope="route:chat", route="chat", request_id="r0",
+        attempt=1, cost_usd=0.004,
+    )  # fmt: skip
+    book = Ledger()
+    book, first = ask(book, question, limits, T0)
+    book, again = ask(book, question, limits, T0)  # the same ask while held: same verdict
+    assert [type(r).__name__ for r in first + again] == ["BudgetVerdict", "BudgetVerdict"]
+    book, _ = settle(book, done, limits, T0 + 1)
+    book, _ = ask(book, question, limits, T0 + 2)  # re-sent after it ended
+    book, _ = settle(book, done, limits, T0 + 3)
+    assert book.day_usd == pytest.approx(0.004) and book.holds == {}
+    # On the route: a copy of a verdict for an attempt already held and in flight gives
+    # nothing back (its settlement will count its cost).
+    route = RouteState(holds={"r0#1": Hold(("route:chat",), 0.01, granted=True)})
+    (verdict,) = first
+    assert on_verdict(route, verdict).records == []

@@ -28,6 +28,9 @@ from app.routing.state import Ledger, Waiting, attempt_key
 
 #: Asks a ledger keeps waiting at most; past it, an ask is refused (``budget_busy``).
 MAX_WAITING = 10_000
+#: Settled attempts a ledger remembers, so that copies re-sent after a crash (the route
+#: re-folds from its last row and sends its asks and settlements again) change nothing.
+RECENT_SETTLED = 4096
 
 
 def on_clock(ledger: Ledger, clock: float) -> Ledger:
@@ -49,6 +52,8 @@ def ask(
     key = attempt_key(event.request_id, event.attempt)
     if key in ledger.holds:  # the route asked again (a copy after a crash): same answer
         return ledger, [_granted(event, clock)]
+    if key in ledger.settled:  # asked again after it ended: its verdict is in the log
+        return ledger, []
     if any(attempt_key(w.request_id, w.attempt) == key for w in ledger.waiting):
         return ledger, []
     waiting = _waiting(event)
@@ -68,13 +73,14 @@ def settle(
     ledger = on_clock(ledger, clock)
     key = attempt_key(event.request_id, event.attempt)
     if key not in ledger.holds:
-        return ledger, []  # a copy: already settled
+        return ledger, []  # a copy: already settled (or never held: nothing to count)
     holds = {k: v for k, v in ledger.holds.items() if k != key}
     ledger = replace(
         ledger,
         holds=holds,
         day_usd=ledger.day_usd + event.cost_usd,
         month_usd=ledger.month_usd + event.cost_usd,
+        settled=(*ledger.settled, key)[-RECENT_SETTLED:],
     )
     return serve_waiting(ledger, budget, clock)
 

@@ -114,8 +114,10 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
     """Held: the parked attempt is looked at now. Refused: answered ``budget_exceeded``."""
     key = attempt_key(verdict.request_id, verdict.attempt)
     hold, parked = state.holds.get(key), state.parked.get(key)
-    if hold is None or parked is None or hold.granted:
-        # Answered meanwhile (its deadline), or a copy: give back what is held.
+    if hold is not None and hold.granted:
+        return Step(state)  # a copy (a ledger re-sent it): the attempt goes on as held
+    if hold is None or parked is None:
+        # Answered meanwhile (its deadline): give back what the ledgers hold for it.
         return Step(state, records=_give_back(state, verdict, verdict.scopes))
     if verdict.granted:
         return Step(

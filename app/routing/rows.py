@@ -96,6 +96,7 @@ def _ledger_row(ledger: Ledger) -> Row:
             [w.request_id, w.attempt, w.route, w.amount, list(w.scopes), w.index, w.deadline]
             for w in ledger.waiting
         ],
+        "settled": list(ledger.settled),
     }
 
 
@@ -112,6 +113,7 @@ def _ledger(row: Mapping[str, Any] | None) -> Ledger | None:
             Waiting(str(r), int(a), str(route), float(m), tuple(s), int(i), float(d))
             for r, a, route, m, s, i, d in row["waiting"]
         ),
+        settled=tuple(str(k) for k in row.get("settled", ())),
     )
 
 

@@ -210,6 +210,9 @@ class Ledger:
     month_usd: float = 0.0
     holds: dict[str, float] = field(default_factory=dict)
     waiting: tuple[Waiting, ...] = ()
+    #: Attempts settled last (``request_id#attempt``, at most ``RECENT_SETTLED``): a copy
+    #: of an ask or a settlement a route re-sent after a crash changes nothing.
+    settled: tuple[str, ...] = ()
 
     @property
     def held(self) -> float:
