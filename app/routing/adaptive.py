@@ -82,12 +82,12 @@ def _added(
     if factor is not None:
         calls, failures, answers = calls * factor, failures * factor, answers * factor
         rewards, latencies = rewards * factor, latencies * factor
-    return Sums(
-        calls=calls + float(counted),
-        failures=failures + float(counted and failed),
-        answers=answers + float(answered),
-        reward=rewards + (reward if answered else 0.0),
-        latency_s=latencies + (latency_s if answered else 0.0),
+    return Sums(  # positional, in field order: calls, failures, answers, reward, latency_s
+        calls + float(counted),
+        failures + float(counted and failed),
+        answers + float(answered),
+        rewards + (reward if answered else 0.0),
+        latencies + (latency_s if answered else 0.0),
     )
 
 
@@ -111,7 +111,7 @@ def observe(
         at, (slow_weight, fast_weight) = now, _factors(recent, now, params)
     slow = _added(recent.slow, slow_weight, counted, failed, answered, reward, latency_s)
     fast = _added(recent.fast, fast_weight, counted, failed, answered, reward, latency_s)
-    return Recent(at=at, slow=_restarted(slow, fast, params), fast=fast)
+    return Recent(at, _restarted(slow, fast, params), fast)
 
 
 def _contradicts(reference: float, total: float, count: float, params: RoutingParams) -> bool:

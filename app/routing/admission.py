@@ -165,12 +165,12 @@ def route(
     deadline = deadline_of(accepted, policy)
     open_attempts = {
         **state.open_attempts,
-        attempt_key(request_id, attempt): OpenAttempt(
-            deployment=chosen.deployment,
-            decided_at=state.clock,
-            deadline=deadline,
-            budget_nodes=tuple(accepted.dynamic.budget_nodes) if accepted.dynamic else (),
-            affinity=keys,
+        attempt_key(request_id, attempt): OpenAttempt(  # positional, in field order
+            chosen.deployment,
+            state.clock,  # decided_at
+            deadline,
+            tuple(accepted.dynamic.budget_nodes) if accepted.dynamic else (),  # budget_nodes
+            keys,  # affinity
         ),
     }
     expiry = deadline + LOST_ATTEMPT_GRACE_S

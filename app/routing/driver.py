@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import cast
 
 from pydantic import TypeAdapter
 
@@ -198,23 +197,13 @@ class Driver:
         self, event: RoutingLogEvent, position: int, raw: bytes | None = None
     ) -> Generator[Want, Recalled, Step]:
         """Fold one event and take what is ready; yield each recall memory cannot answer."""
-        route = route_of(event)
-        before = self.state(route)
-        policy = self.policy_for(before, event)
-        step = handle(before, event, position, policy)
-        memory = self.recall(route)
-        self._remember(memory, before, step.state, event, position, raw)
+        route, policy, memory, step = self._handle(event, position, raw)
         while (want := wanted(step.state)) is not None:
             found = memory.find(want)
             if found is None:
                 found = yield want
-            recalled_at, recalled = found
-            step = step.then(take(step.state, want, recalled_at, recalled, policy))
-            if any(p.carrier == recalled_at for p in step.state.parked.values()):
-                memory.carriers[recalled_at] = recalled
-        memory.prune(step.state)
-        self.states[route] = step.state
-        return step
+            step = self._take(memory, step, want, found, policy)
+        return self._end(route, memory, step)
 
     def fold(
         self,
@@ -223,17 +212,41 @@ class Driver:
         log: Mapping[int, RoutingLogEvent] | None = None,
     ) -> Step:
         """:meth:`steps` for a caller that holds the log: what memory lacks (a driver
-        resumed from a stored state) is looked up in ``log``, by position."""
-        run = self.steps(event, position)
-        try:
-            want = next(run)
-            while True:
-                found = find_in_log(log or {}, route_of(event), want)
+        resumed from a stored state) is looked up in ``log``, by position. The same steps,
+        without a generator (the replay's hot loop)."""
+        route, policy, memory, step = self._handle(event, position, None)
+        while (want := wanted(step.state)) is not None:
+            found = memory.find(want)
+            if found is None:
+                found = find_in_log(log or {}, route, want)
                 if found is None:
-                    raise NotInMemory(f"{route_of(event)}: {want} is not in memory or the log")
-                want = run.send(found)
-        except StopIteration as done:
-            return cast(Step, done.value)
+                    raise NotInMemory(f"{route}: {want} is not in memory or the log")
+            step = self._take(memory, step, want, found, policy)
+        return self._end(route, memory, step)
+
+    def _handle(
+        self, event: RoutingLogEvent, position: int, raw: bytes | None
+    ) -> tuple[str, Policy, Recall, Step]:
+        route = route_of(event)
+        before = self.state(route)
+        policy = self.policy_for(before, event)
+        step = handle(before, event, position, policy)
+        memory = self.recall(route)
+        self._remember(memory, before, step.state, event, position, raw)
+        return route, policy, memory, step
+
+    @staticmethod
+    def _take(memory: Recall, step: Step, want: Want, found: Recalled, policy: Policy) -> Step:
+        recalled_at, recalled = found
+        step = step.then(take(step.state, want, recalled_at, recalled, policy))
+        if any(p.carrier == recalled_at for p in step.state.parked.values()):
+            memory.carriers[recalled_at] = recalled
+        return step
+
+    def _end(self, route: str, memory: Recall, step: Step) -> Step:
+        memory.prune(step.state)
+        self.states[route] = step.state
+        return step
 
     def forget(self) -> None:
         """Partitions moved: states are re-read from their rows, memory refilled."""
@@ -256,5 +269,5 @@ class Driver:
             if memory.max_bytes is not None:
                 size = len(raw) if raw is not None else len(event.model_dump_json())
             memory.keep_line(position, event, size, raw)
-        if any(p.carrier == position for p in after.parked.values()):
+        if after.parked and any(p.carrier == position for p in after.parked.values()):
             memory.carriers[position] = event

@@ -57,17 +57,17 @@ def observe_outcome(buckets: Buckets, outcome: Outcome, policy: Policy) -> Bucke
     updated = dict(buckets)
     for key in keys:
         old = buckets.get(key) or NO_EVIDENCE
-        updated[key] = Evidence(
-            answers=old.answers + 1,
-            graded=old.graded,
-            weight=old.weight,
-            score=old.score,
-            square=old.square,
-            wins=old.wins,
-            costed=old.costed + 1,
-            cost_usd=old.cost_usd + outcome.cost_usd,
-            tokens_in=old.tokens_in + outcome.tokens_in,
-            tokens_out=old.tokens_out + outcome.tokens_out,
+        updated[key] = Evidence(  # positional, in field order: answers ... tokens_out
+            old.answers + 1,
+            old.graded,
+            old.weight,
+            old.score,
+            old.square,
+            old.wins,
+            old.costed + 1,
+            old.cost_usd + outcome.cost_usd,
+            old.tokens_in + outcome.tokens_in,
+            old.tokens_out + outcome.tokens_out,
         )
     return bounded(updated, policy.params.context_max_keys)
 

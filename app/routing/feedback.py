@@ -34,25 +34,26 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         rate_limited += 1
         if outcome.retry_after_s:
             retry_after_until = max(retry_after_until, now + outcome.retry_after_s)
+    # Positional, in ArmState's field order (a keyword call costs twice as much).
     return ArmState(
-        pulls=arm.pulls + 1,
-        total_reward=arm.total_reward + outcome.reward,
-        alpha=alpha,
-        beta=beta,
-        avg_latency_s=health.avg_latency_s,
-        latency_samples=health.latency_samples,
-        in_flight=in_flight,
-        rate_limited=rate_limited,
-        retry_after_until=retry_after_until,
-        breaker=health.breaker,
-        ewma_failure=health.ewma_failure,
-        ewma_latency_ms=health.ewma_latency_ms,
-        observations=health.observations,
-        tokens_per_s=tokens_per_s,
-        throughput_samples=throughput_samples,
-        recent=_recent(arm, outcome, availability, health.breaker, now, policy),
+        arm.pulls + 1,  # pulls
+        arm.total_reward + outcome.reward,  # total_reward
+        alpha,
+        beta,
+        health.avg_latency_s,
+        health.latency_samples,
+        in_flight,
+        rate_limited,
+        retry_after_until,
+        health.breaker,
+        health.ewma_failure,
+        health.ewma_latency_ms,
+        health.observations,
+        tokens_per_s,
+        throughput_samples,
+        _recent(arm, outcome, availability, health.breaker, now, policy),  # recent
         # Issue 10: answers and their real cost, per context bucket (quality comes with grades).
-        evidence=evidence.observe_outcome(arm.evidence, outcome, policy),
+        evidence.observe_outcome(arm.evidence, outcome, policy),
     )
 
 

@@ -42,7 +42,6 @@ from app.events import (
     AttemptFinished,
     BudgetAsk,
     BudgetSettle,
-    BudgetVerdict,
     ErrorBody,
     GradeApplied,
     PolicyChanged,
@@ -99,10 +98,12 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     clock = max(state.clock, _event_time(event))
     state, expired = _expire_lost_attempts(evolve_route(state, clock=clock, position=position))
     state, overdue = _answer_overdue(state, policy)
-    if isinstance(event, RouteTick):
-        step = Step(state)
-    elif isinstance(event, RequestAccepted):
+    if isinstance(event, RequestAccepted):  # the common events first: the types are disjoint
         step = _arrive(state, event, position, policy)
+    elif isinstance(event, AttemptFinished):
+        step = _finish(state, event, position, policy)
+    elif isinstance(event, RouteTick):
+        step = Step(state)
     elif isinstance(event, GradeApplied):
         graded = apply_grade(state, event, policy)
         step = Step(state, applied=False) if graded is None else Step(graded)
@@ -110,10 +111,8 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         step = _switch_policy(state, event, policy)
     elif isinstance(event, BudgetAsk | BudgetSettle):
         step = _ledger(state, event, policy)
-    elif isinstance(event, BudgetVerdict):
+    else:  # a BudgetVerdict
         step = on_verdict(state, event)
-    else:
-        step = _finish(state, event, position, policy)
     if expired or overdue:
         step = Step(
             step.state,

@@ -55,6 +55,16 @@ def _exclusion_reason(arm: Arm, state: ArmState, tried: Collection[str], now: fl
     return None
 
 
+def _exclusion(policy: Policy, deployment: str, reason: str) -> Exclusion:
+    """One shared (frozen) exclusion per deployment and reason, built once per policy."""
+    key = ("exclusion", deployment, reason)
+    found = policy.memo.get(key)
+    if found is None:
+        found = policy.memo[key] = Exclusion(deployment=deployment, reason=reason)
+    exclusion: Exclusion = found
+    return exclusion
+
+
 def select(
     state: RouteState,
     route: str | CandidatePlan,
@@ -90,12 +100,20 @@ def select(
                 arm_state = replace(arm_state, breaker=moved)
                 updated[arm.deployment] = arm_state
         total_started += arm_state.pulls + arm_state.in_flight
+        if (  # the common case, which _exclusion_reason would also find eligible
+            arm_state.breaker.state is BreakerPhase.CLOSED
+            and arm_state.in_flight < arm.provider.max_concurrency
+            and arm_state.retry_after_until <= clock
+            and (not tried or arm.deployment not in tried)
+        ):
+            eligible.append((arm, arm_state))
+            continue
         reason = _exclusion_reason(arm, arm_state, tried, clock)
         if reason is None:
             eligible.append((arm, arm_state))
             half_open = half_open or arm_state.breaker.state is BreakerPhase.HALF_OPEN
         else:
-            excluded.append(Exclusion(deployment=arm.deployment, reason=reason))
+            excluded.append(_exclusion(policy, arm.deployment, reason))
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
     if plan is not None and plan.ordered:  # the auto router's ranking (issue 14)
