@@ -33,6 +33,9 @@ from app.audit.estimate import MEASURED, SOURCES, OutcomeModel, Source
 from app.audit.log import RecordedLog, RoutingEvent, events
 from app.events import (
     AttemptFinished,
+    BudgetAsk,
+    BudgetSettle,
+    BudgetVerdict,
     Decision,
     Dispatch,
     Outcome,
@@ -42,6 +45,7 @@ from app.events import (
 )
 from app.execution.outcome import finish, recorded_result
 from app.routing.driver import Driver
+from app.routing.dynamic import FORWARD_SOURCE
 from app.routing.fold import at, epoch
 from app.routing.policy import Policy
 from app.routing.state import RouteState
@@ -65,12 +69,21 @@ class RunResult:
     router_errors: int = 0
 
 
+def _derived(event: RoutingEvent) -> bool:
+    """A record the live router derived from others (budget traffic, a request a dynamic
+    route forwarded): a counterfactual run derives its own instead."""
+    if isinstance(event, BudgetAsk | BudgetVerdict | BudgetSettle):
+        return True
+    return isinstance(event, RequestAccepted) and event.source.topic.startswith(FORWARD_SOURCE)
+
+
 class _Run:
     def __init__(self, log: RecordedLog, alt: Policy, model: OutcomeModel, run: int) -> None:
         self.log, self.alt, self.model, self.run = log, alt, model, run
         self.result = RunResult()
         self.states: dict[str, RouteState] = {}
-        self.driver = Driver(lambda: self.alt, states=self.states)
+        # The alternative throughout: policy changes in the log do not switch it back.
+        self.driver = Driver(lambda: self.alt, states=self.states, follow_versions=False)
         self.positions: dict[str, int] = {}
         self.pending: dict[str, list[tuple[float, int, AttemptFinished]]] = {}
         self.sequence = 0
@@ -91,6 +104,8 @@ class _Run:
             self.index = index
             route = route_of(event)
             self.flush(route, epoch(event.occurred_at))
+            if _derived(event):
+                continue  # the alternative sends its own (fold: step.records)
             if not isinstance(event, AttemptFinished):  # requests and route ticks
                 self.fold(route, event)
                 continue
@@ -112,6 +127,8 @@ class _Run:
         position = self.positions.get(route, -1) + 1
         self.positions[route] = position
         step = self.driver.fold(event, position)
+        for record in step.records:  # budget asks and verdicts, forwarded requests
+            self.fold(route_of(record), record)
         self.result.router_errors += sum(
             1 for r in step.responses if r.error is not None and r.error.type in ROUTER_ERRORS
         )

@@ -103,13 +103,14 @@ class _Simulation:
 
     def run(self) -> RecordedLog:
         while self.queue:
-            _, _, event = heapq.heappop(self.queue)
-            self.append(event)
+            t, _, event = heapq.heappop(self.queue)
+            self.append(event, t)
         self.log.routing_start = {p: 0 for p in self.offsets}
         return self.log.sort()
 
-    def append(self, event: RoutingEvent) -> None:
-        """Put the event on the routing log, fold it, publish what the router returns."""
+    def append(self, event: RoutingEvent, t: float) -> None:
+        """Put the event on the routing log, fold it, publish what the router returns (the
+        routing-log records it sends — budget asks, forwarded requests — come next)."""
         route = route_of(event)
         partition = self.partition.get(route, 0)
         offset = self.offsets.get(partition, 0)
@@ -118,6 +119,8 @@ class _Simulation:
         assert entry.event is not None
         self.log.routing.append(entry)
         step = self.driver.fold(entry.event, offset)
+        for record in step.records:
+            self.schedule(t, record)
         for dispatch in step.dispatches:
             self.record("decisions", dispatch.decision.model_dump_json())
             self.execute(dispatch)

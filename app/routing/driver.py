@@ -158,7 +158,8 @@ class Driver:
 
     Each event is folded with the version its route's state names (issue 13), from
     ``book``; ``policy`` is the one to use while the book is empty (a log that never
-    carried a policy: tests, benches, simulators).
+    carried a policy: tests, benches, simulators), and always when ``follow_versions``
+    is False (a counterfactual: its alternative policy throughout).
     """
 
     policy: Callable[[], Policy]
@@ -166,9 +167,12 @@ class Driver:
     memory: dict[str, Recall] = field(default_factory=dict)
     max_recall_bytes: int | None = None
     book: PolicyBook = field(default_factory=PolicyBook)
+    follow_versions: bool = True
 
     def policy_for(self, state: RouteState, event: RoutingLogEvent) -> Policy:
         """The policy to fold ``event`` with on a route in ``state``."""
+        if not self.follow_versions:
+            return self.policy()
         version = state.policy_version
         if isinstance(event, PolicyChanged):
             self.book.add(event.version, event.document, event.hash)
