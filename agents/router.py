@@ -57,6 +57,7 @@ from app import metrics
 from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
+from app.routing.budget import windows as budget_windows
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
 from app.routing.state import BREAKER_GAUGE, RouteState
@@ -337,11 +338,9 @@ def _export_budget(key: str, state: RouteState) -> None:
     scope = key.removeprefix("budget:")
     budget = policy_holder().current.config.budget_by_key.get(scope)
     metrics.BUDGET_HELD_USD.labels(scope=scope).set(ledger.held)
-    for window, spent in (("day", ledger.day_usd), ("month", ledger.month_usd)):
+    for window, spent, _, remaining in budget_windows(ledger, budget):
         metrics.BUDGET_SPENT_USD.labels(scope=scope, window=window).set(spent)
-        limit = None if budget is None else getattr(budget, f"usd_per_{window}")
-        if limit is not None:
-            remaining = limit - spent - ledger.held
+        if remaining is not None:
             metrics.BUDGET_REMAINING_USD.labels(scope=scope, window=window).set(remaining)
 
 

@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from agents.app import app, settings
 from agents.observe import RecordSensor, WorkerCollector, readiness
 from app.kafka import bootstrap_servers
+from app.routing.budget import windows as budget_windows
 from app.routing.state import RouteState
 from app.web_auth import admin_gate, admin_token, metrics_token
 from tables.routing import all_route_states
@@ -119,10 +120,9 @@ def budget_report(states: dict[str, RouteState], limits: dict[str, Any]) -> dict
             "attempts_held": len(ledger.holds),
             "asks_waiting": len(ledger.waiting),
         }
-        for window, spent in (("day", ledger.day_usd), ("month", ledger.month_usd)):
-            limit = None if budget is None else getattr(budget, f"usd_per_{window}")
+        for window, _, limit, remaining in budget_windows(ledger, budget):
             row[f"limit_{window}_usd"] = limit
-            row[f"remaining_{window}_usd"] = None if limit is None else limit - spent - ledger.held
+            row[f"remaining_{window}_usd"] = remaining
         report[scope] = row
     return report
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.config import ConfigError, RoutingConfig, interpolate, parse_config, read_yaml
 from app.contract.policy import PolicyDocument
-from app.routing.book import document_hash, params_document
+from app.routing.book import EnvOrDefault, document_hash, params_document
 from app.routing.policy import Policy
 from app.settings import RoutingParams
 
@@ -52,7 +52,7 @@ def document_from_file(path: Path, params: RoutingParams) -> PolicyDocument:
 
 def check_document(document: PolicyDocument) -> None:
     """Raise :class:`ConfigError` if a document's config or parameters are invalid."""
-    parse_config(document.config, _Unset())
+    parse_config(document.config, EnvOrDefault({}, "unset"))  # no environment needed
     try:
         RoutingParams(**document.params)
     except ValueError as exc:
@@ -90,16 +90,6 @@ def with_local_keys(policy: Policy, local: RoutingConfig | None) -> RoutingConfi
 def _travelling_key(key: Any) -> str | None:
     """An ``api_key`` as a document carries it: the variable it names, or nothing."""
     return key if isinstance(key, str) and _WHOLE_REFERENCE.match(key) else None
-
-
-class _Unset(dict[str, str]):
-    """Validation without the environment: every variable reads as a placeholder."""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __missing__(self, key: str) -> str:
-        return "unset"
 
 
 __all__ = [

@@ -31,21 +31,25 @@ def document_hash(document: PolicyDocument) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-class _Lenient(dict[str, str]):
-    """An environment in which a variable that is not set reads as empty."""
+class EnvOrDefault(dict[str, str]):
+    """An environment in which a variable that is not set reads as ``default``."""
+
+    def __init__(self, env: Mapping[str, str], default: str) -> None:
+        super().__init__(env)
+        self.default = default
 
     def __contains__(self, key: object) -> bool:
         return True
 
     def __missing__(self, key: str) -> str:
-        return ""
+        return self.default
 
 
 def policy_from_document(
     document: PolicyDocument, version: int, env: Mapping[str, str] | None = None
 ) -> Policy:
     """The policy a document describes, as version ``version``."""
-    config = parse_config(document.config, _Lenient(os.environ if env is None else env))
+    config = parse_config(document.config, EnvOrDefault(os.environ if env is None else env, ""))
     params = RoutingParams(**document.params)
     return Policy(config=config, params=params, version=version)
 

@@ -33,6 +33,18 @@ MAX_WAITING = 10_000
 RECENT_SETTLED = 4096
 
 
+def windows(
+    ledger: Ledger, budget: Budget | None
+) -> list[tuple[str, float, float | None, float | None]]:
+    """Per window (``day``, ``month``): spend, limit and what remains (limit − spend −
+    holds), as ``/admin/budgets`` and the metrics show them (None: no limit)."""
+    out = []
+    for window, spent in (("day", ledger.day_usd), ("month", ledger.month_usd)):
+        limit = None if budget is None else getattr(budget, f"usd_per_{window}")
+        out.append((window, spent, limit, None if limit is None else limit - spent - ledger.held))
+    return out
+
+
 def on_clock(ledger: Ledger, clock: float) -> Ledger:
     """The ledger in the UTC day and month of ``clock`` (a new one starts at zero)."""
     moment = datetime.fromtimestamp(clock, UTC)
