@@ -29,6 +29,7 @@ from typing import Any, cast
 from faust import StreamT
 from pydantic import ValidationError
 
+from agents.acks import InOrderAcks
 from agents.app import app, dispatch_topic, settings, spill_topic
 from agents.executor import run_dispatch
 from app.events import Dispatch
@@ -42,7 +43,9 @@ _running: dict[str, asyncio.Task[None]] = {}
 _ended: OrderedDict[str, None] = OrderedDict()
 _ENDED_KEPT = 65_536
 #: Acks scheduled from a call's end (kept referenced until done).
-_acking: set[asyncio.Future[bool]] = set()
+_acking: set[asyncio.Future[None]] = set()
+#: The hand-off agent's acks, in offset order per partition (agents/acks.py).
+_acks: InOrderAcks | None = None
 
 
 def has_room() -> bool:
@@ -83,31 +86,40 @@ def _still_open(dispatch: Dispatch) -> bool:
 
 @app.agent(dispatch_topic)
 async def handoff(stream: StreamT[bytes]) -> None:
+    global _acks
     manual: Any = cast(Any, stream).noack()  # acked once the call has ended
+    acks = _acks = InOrderAcks(manual.ack)
     async for event in manual.events():
+        acks.received(event)
         try:
             dispatch = Dispatch.model_validate_json(event.value)
         except ValidationError:
             log.error("unreadable dispatch at offset %s", event.message.offset)
-            await manual.ack(event)
+            await acks.done(event)
             continue
         task = _running.get(dispatch.id)
         if task is None and dispatch.id not in _ended and _still_open(dispatch):
             task = launch(dispatch)  # decided by a worker that is gone
         if task is None:
-            await manual.ack(event)
+            await acks.done(event)
             continue
-        task.add_done_callback(_acker(manual, event))
+        task.add_done_callback(_acker(acks, event))
 
 
-def _acker(manual: Any, event: Any) -> Callable[[asyncio.Task[None]], None]:
+@app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
+async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
+    if _acks is not None:
+        _acks.forget()
+
+
+def _acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[None]], None]:
     """Ack ``event`` once the call's task has ended; never for a call cancelled by a stop
     or a rebalance: the dispatch must be read again by the partition's next owner."""
 
     def ack(task: asyncio.Task[None]) -> None:
         if task.cancelled():
             return
-        acking = asyncio.ensure_future(manual.ack(event))
+        acking = asyncio.ensure_future(acks.done(event))
         _acking.add(acking)
         acking.add_done_callback(_acking.discard)
 

@@ -41,6 +41,7 @@ from faust.types import EventT
 from pydantic import TypeAdapter, ValidationError
 
 from agents import handoff, policy, replies
+from agents.acks import InOrderAcks
 from agents.app import (
     app,
     deadletter_topic,
@@ -215,6 +216,8 @@ class Pipeline:
 
 
 _pipeline = Pipeline()
+#: The route agent's acks, in offset order per partition (agents/acks.py).
+_acks: InOrderAcks | None = None
 
 
 def newest_states() -> dict[str, RouteState]:
@@ -226,6 +229,8 @@ def newest_states() -> dict[str, RouteState]:
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
     _pipeline.forget()
+    if _acks is not None:
+        _acks.forget()
 
 
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
@@ -236,13 +241,16 @@ async def _stop_reader(sender: Any, *args: Any, **kwargs: Any) -> None:
 
 @app.agent(routing_topic)
 async def route(stream: StreamT[bytes]) -> None:
+    global _acks
     manual: Any = cast(Any, stream).noack()  # acked once a written row includes the event
+    acks = _acks = InOrderAcks(manual.ack)
     async for event in manual.events():
+        acks.received(event)
         try:
             parsed = _routing_event.validate_json(event.value)
         except ValidationError as exc:
             await _dead_letter(event, f"unreadable routing-log event: {exc.error_count()} error(s)")
-            await manual.ack(event)
+            await acks.done(event)
             continue
         try:
             message = event.message
@@ -257,7 +265,7 @@ async def route(stream: StreamT[bytes]) -> None:
             await _dead_letter(event, f"router error: {type(exc).__name__}")
             safe = [event]
         for done in safe:
-            await manual.ack(done)
+            await acks.done(done)
 
 
 async def _dead_letter(event: EventT[bytes], detail: str) -> None:
