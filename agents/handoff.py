@@ -16,6 +16,10 @@ loses no attempt, a provider is called twice at most, and the outcome counts onc
 When the deciding worker has no room left, the dispatch goes to
 ``switchyard.spill`` instead, keyed by request id, and any worker's :func:`spill`
 agent makes the call: a hot route is not capped by one process's HTTP capacity.
+
+Both agents ack a record once its call has ended, in offset order per partition
+(agents/acks.py): a kill or a rebalance leaves every call still running to the
+partition's next owner.
 """
 
 from __future__ import annotations
@@ -44,8 +48,11 @@ _ended: OrderedDict[str, None] = OrderedDict()
 _ENDED_KEPT = 65_536
 #: Acks scheduled from a call's end (kept referenced until done).
 _acking: set[asyncio.Future[None]] = set()
-#: The hand-off agent's acks, in offset order per partition (agents/acks.py).
+#: The hand-off and spill agents' acks, in offset order per partition (agents/acks.py).
 _acks: InOrderAcks | None = None
+_spill_acks: InOrderAcks | None = None
+#: Spilled calls running in this process.
+_spilled: set[asyncio.Task[None]] = set()
 
 
 def has_room() -> bool:
@@ -108,8 +115,9 @@ async def handoff(stream: StreamT[bytes]) -> None:
 
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
-    if _acks is not None:
-        _acks.forget()
+    for acks in (_acks, _spill_acks):
+        if acks is not None:
+            acks.forget()
 
 
 def _acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[None]], None]:
@@ -126,19 +134,33 @@ def _acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[None]], None
     return ack
 
 
-@app.agent(spill_topic, concurrency=settings.spill_concurrency)
+@app.agent(spill_topic)
 async def spill(stream: StreamT[bytes]) -> None:
-    async for raw in stream:
+    """Make the calls other workers had no room for, ``spill_concurrency`` at once; each
+    record is acked (in offset order) once its call has ended, so a kill leaves it to
+    the partition's next owner."""
+    global _spill_acks
+    manual: Any = cast(Any, stream).noack()
+    acks = _spill_acks = InOrderAcks(manual.ack)
+    slots = asyncio.Semaphore(settings.spill_concurrency)
+    async for event in manual.events():
+        acks.received(event)
         try:
-            dispatch = Dispatch.model_validate_json(raw)
+            dispatch = Dispatch.model_validate_json(event.value)
         except ValidationError:
-            log.error("unreadable spilled dispatch")
+            log.error("unreadable spilled dispatch at offset %s", event.message.offset)
+            await acks.done(event)
             continue
-        await _call(dispatch)
+        await slots.acquire()
+        task = asyncio.ensure_future(_call(dispatch))
+        _spilled.add(task)
+        task.add_done_callback(_spilled.discard)
+        task.add_done_callback(lambda _: slots.release())
+        task.add_done_callback(_acker(acks, event))
 
 
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _cancel_calls(sender: Any, *args: Any, **kwargs: Any) -> None:
     """Calls still running are left to the partition's next owner (their records are unacked)."""
-    for task in list(_running.values()):
+    for task in [*_running.values(), *_spilled]:
         task.cancel()
