@@ -107,6 +107,4 @@ outcomes_topic = _topic(settings.topics.outcomes)
 responses_topic = _topic(settings.topics.responses)
 deadletter_topic = _topic(settings.topics.deadletter)
 #: One partition: its order numbers the policy versions (issue 13).
-policy_topic = app.topic(
-    settings.topics.policy, key_type=bytes, value_type=bytes, partitions=1
-)
+policy_topic = app.topic(settings.topics.policy, key_type=bytes, value_type=bytes, partitions=1)

@@ -32,7 +32,7 @@ from agents.app import (
     routing_topic,
     settings,
 )
-from agents.judge import request_judgement
+from agents.judge import read_judgement, request_judgement
 from app import metrics
 from app.config import ModelSpec, ProviderConfig
 from app.events import (
@@ -109,6 +109,8 @@ async def run_dispatch(dispatch: Dispatch) -> None:
             sink.abandon()  # a cancelled call ends without an end marker
     replies.send_response(sealed.response, dispatch.accepted.request.reply_to)  # the gateway's
     await request_judgement(dispatch, sealed.response)  # the route's judge, when it samples
+    if sealed.response is not None:
+        await read_judgement(sealed.response)  # the grade, when this answers a judge request
 
 
 def _streams(dispatch: Dispatch, provider: ProviderConfig) -> bool:

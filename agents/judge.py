@@ -4,12 +4,14 @@
   answer: when the route has a judge and the answer is sampled (:mod:`app.judge`), the
   judge request goes to ``llm.requests``, where it is accepted, routed (pinned to the
   judge deployment), called, recorded and answered like any other request.
-* ``judge_answers`` reads ``llm.responses``, keeps the answers of judge requests (their
-  key starts with ``judge-``; the rest are skipped unread) and publishes each score as a
-  ``Feedback`` (``source: judge``) on ``llm.feedback`` for the parent request, which the
-  feedback intake and matcher (agents/feedback.py) apply like any grade. A failed, late
-  or unparseable judge call publishes nothing. A response read twice (at-least-once)
-  gives the same feedback id, which the matcher counts once.
+* :func:`read_judgement` runs where a judge request's answer is published: in the
+  executor that got a successful answer (it publishes the score as a ``Feedback``,
+  ``source: judge``, on ``llm.feedback`` for the parent request, which the feedback
+  intake and matcher (agents/feedback.py) apply like any grade), and in the router for
+  a failed or late one (counted, nothing published). No agent reads ``llm.responses``:
+  a worker does not consume every answer to find the few that are grades. An answer
+  published twice (at-least-once) gives the same feedback id, which the matcher counts
+  once.
 
 Neither step ever holds up or fails an answer: an error in either is logged (its type,
 never the content) and counted in ``switchyard_judge_total{result="error"}``.
@@ -17,12 +19,13 @@ never the content) and counted in ``switchyard_judge_total{result="error"}``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any, cast
 
 from aiokafka.errors import KafkaError
-from faust import StreamT
 
-from agents.app import app, requests_topic, responses_topic
+from agents.app import requests_topic
 from agents.feedback import feedback_topic
 from app import metrics
 from app.events import Dispatch, Response
@@ -30,7 +33,6 @@ from app.judge import JUDGE_PREFIX, judge_deployments, judge_feedback, judge_of,
 from app.runtime import policy_holder
 
 log = logging.getLogger(__name__)
-_JUDGE_KEY = JUDGE_PREFIX.encode()
 
 
 async def request_judgement(dispatch: Dispatch, response: Response | None) -> None:
@@ -54,22 +56,21 @@ async def request_judgement(dispatch: Dispatch, response: Response | None) -> No
     metrics.JUDGE.labels(result=result).inc()
 
 
-@app.agent(responses_topic)
-async def judge_answers(stream: StreamT[bytes]) -> None:
-    async for event in stream.events():
-        if (event.key or b"").startswith(_JUDGE_KEY):
-            await read_judgement(event.value)
+async def read_judgement(response: Response) -> None:
+    """A judge request's answer, where it is published: its score as feedback, or nothing.
 
-
-async def read_judgement(raw: bytes | None) -> None:
-    """One judge answer: its score as feedback, or nothing. Raises only for the broker."""
+    Returns once the broker has the feedback, so the executor's call counts as done
+    (its hand-off record acked) only then. Raises only for the broker.
+    """
+    if not response.request_id.startswith(JUDGE_PREFIX):
+        return
     try:
-        response = Response.model_validate_json(raw or b"")
         judges = judge_deployments(policy_holder().current.config)
         result, feedback = judge_feedback(response, judges)
         if feedback is not None:
             value = feedback.model_dump_json(exclude_none=True)
-            await feedback_topic.send(key=feedback.request_id.encode(), value=value)
+            sent = await feedback_topic.send(key=feedback.request_id.encode(), value=value)
+            await cast("asyncio.Future[Any]", sent)
     except Exception as exc:
         if isinstance(exc, KafkaError):
             raise

@@ -53,6 +53,7 @@ from agents.app import (
     spill_topic,
 )
 from agents.ingest import log_time, position_of
+from agents.judge import read_judgement
 from agents.recall import LogReader
 from app import metrics
 from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
@@ -310,6 +311,7 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
         )
         pending.append(_future(sent))
         replies.send_response(response, replies.address_of(response.request_id))
+        await read_judgement(response)  # a judge request's failure, counted
         metrics.RESPONSES.labels(status=response.status, source="router").inc()
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()
