@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from agents.acks import InOrderAcks
 from agents.app import app, dispatch_topic, settings, spill_topic
 from agents.executor import run_dispatch
+from app import metrics
 from app.events import Dispatch
 from app.routing.state import attempt_key
 from tables.routing import load_route_state
@@ -53,6 +54,33 @@ _acks: InOrderAcks | None = None
 _spill_acks: InOrderAcks | None = None
 #: Spilled calls running in this process.
 _spilled: set[asyncio.Task[None]] = set()
+
+
+#: The dispatch id, in a header: the hand-off agent reads back this worker's own
+#: dispatches without parsing them (a dispatch carries the whole request).
+DISPATCH_ID_HEADER = "switchyard-dispatch-id"
+
+
+async def hand_off(dispatch: Dispatch) -> object:
+    """Call here at once (the record, keyed by route, covers a crash), or spill the call to
+    any worker when this one has no room. Returns the record's delivery future."""
+    value = dispatch.model_dump_json()
+    if has_room():
+        headers = [(DISPATCH_ID_HEADER, dispatch.id.encode())]
+        key = dispatch.decision.route.encode()
+        sent = await dispatch_topic.send(key=key, value=value, headers=headers)
+        launch(dispatch)
+        return sent
+    metrics.SPILLED.inc()
+    return await spill_topic.send(key=dispatch.decision.request_id.encode(), value=value)
+
+
+def dispatch_id_of(event: Any) -> str | None:
+    """The dispatch id its header names (None: a record without the header)."""
+    for name, value in event.message.headers or ():
+        if name == DISPATCH_ID_HEADER and isinstance(value, bytes):
+            return value.decode()
+    return None
 
 
 def has_room() -> bool:
@@ -98,19 +126,28 @@ async def handoff(stream: StreamT[bytes]) -> None:
     acks = _acks = InOrderAcks(manual.ack)
     async for event in manual.events():
         acks.received(event)
-        try:
-            dispatch = Dispatch.model_validate_json(event.value)
-        except ValidationError:
-            log.error("unreadable dispatch at offset %s", event.message.offset)
-            await acks.done(event)
-            continue
-        task = _running.get(dispatch.id)
-        if task is None and dispatch.id not in _ended and _still_open(dispatch):
-            task = launch(dispatch)  # decided by a worker that is gone
+        task = _task_for(event)
         if task is None:
             await acks.done(event)
             continue
         task.add_done_callback(_acker(acks, event))
+
+
+def _task_for(event: Any) -> asyncio.Task[None] | None:
+    """The call of this dispatch record running here, started now if its worker is gone and
+    its attempt still open; None when there is no call to wait for."""
+    known = dispatch_id_of(event)
+    if known is not None and (known in _running or known in _ended):
+        return _running.get(known)  # decided here: nothing to parse
+    try:
+        dispatch = Dispatch.model_validate_json(event.value)
+    except ValidationError:
+        log.error("unreadable dispatch at offset %s", event.message.offset)
+        return None
+    task = _running.get(dispatch.id)
+    if task is None and dispatch.id not in _ended and _still_open(dispatch):
+        task = launch(dispatch)  # decided by a worker that is gone
+    return task
 
 
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers

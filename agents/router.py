@@ -46,17 +46,15 @@ from agents.app import (
     app,
     deadletter_topic,
     decisions_topic,
-    dispatch_topic,
     responses_topic,
     routing_topic,
     settings,
-    spill_topic,
 )
 from agents.ingest import log_time, position_of
 from agents.judge import read_judgement
 from agents.recall import LogReader
 from app import metrics
-from app.events import AttemptFinished, Dispatch, RouteTick, RoutingLogEvent, derived_id, route_of
+from app.events import AttemptFinished, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
 from app.routing.budget import windows as budget_windows
@@ -293,7 +291,7 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
         key = decision.request_id.encode()
         sent = await decisions_topic.send(key=key, value=decision.model_dump_json())
         pending.append(_future(sent))
-        pending.append(_future(await _hand_off(dispatch)))
+        pending.append(_future(await handoff.hand_off(dispatch)))
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
@@ -316,18 +314,6 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()
     return pending
-
-
-async def _hand_off(dispatch: Dispatch) -> object:
-    """Call here at once (the record, keyed by route, covers a crash), or spill the call to
-    any worker when this one has no room (agents/handoff.py)."""
-    value = dispatch.model_dump_json()
-    if handoff.has_room():
-        sent = await dispatch_topic.send(key=dispatch.decision.route.encode(), value=value)
-        handoff.launch(dispatch)
-        return sent
-    metrics.SPILLED.inc()
-    return await spill_topic.send(key=dispatch.decision.request_id.encode(), value=value)
 
 
 def _answered(parsed: RoutingLogEvent) -> str | None:

@@ -53,7 +53,7 @@ class FakeTopic:
         self.broker = broker
         self.name = name
 
-    async def send(self, *, key: bytes, value: str) -> Awaitable[None]:
+    async def send(self, *, key: bytes, value: str, headers: Any = None) -> Awaitable[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.broker.acknowledge:
             self.broker.log.append((self.name, json.loads(value)))
@@ -75,8 +75,10 @@ class Holder:
 def wired(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBroker, dict[str, RouteState]]:
     broker = FakeBroker()
     table: dict[str, RouteState] = {}
-    for name in ("decisions_topic", "dispatch_topic", "spill_topic", "responses_topic"):
+    for name in ("decisions_topic", "responses_topic"):
         monkeypatch.setattr(router, name, broker.topic(name))
+    for name in ("dispatch_topic", "spill_topic"):  # the hand-off's (agents/handoff.py)
+        monkeypatch.setattr(router.handoff, name, broker.topic(name))
     # Rows written at every chance (the flush interval is tested on its own).
     flush_always = router.settings.model_copy(update={"router_flush_interval_s": 0.0})
     monkeypatch.setattr(router, "settings", flush_always)

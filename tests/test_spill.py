@@ -3,13 +3,15 @@ worker's ``spill`` agent; every spilled request is answered, and counted."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import httpx
 import pytest
 from stack_helpers import chat, publish, warm_up
 
-from app.client import all_answered, read_topics
+from agents.handoff import DISPATCH_ID_HEADER
+from app.client import all_answered, read_raw, read_topics
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
 
@@ -40,5 +42,11 @@ async def test_calls_beyond_the_workers_room_are_spilled_and_all_answered(
         assert set(answers) == set(ids)
         assert all(answer["status"] == "ok" for answer in answers.values())
         assert spilled(stack) > 0
+        # The calls made here: read back by id from a header, without parsing the request.
+        dispatches = await read_raw(stack.broker.bootstrap, [stack.topics.dispatch], idle_s=1)
+        assert dispatches
+        for record in dispatches:
+            value = json.loads(record.value or b"{}")
+            assert dict(record.headers)[DISPATCH_ID_HEADER] == value["id"].encode()
     finally:
         await stack.stop()
