@@ -58,12 +58,16 @@ class TopicFollower:
 
     async def start(self) -> TopicFollower:
         await self._consumer.start()
-        partitions = []
-        for topic in self.topics:
-            for number in sorted(await self._partitions(topic)):
-                partitions.append(TopicPartition(topic, number))
-        self._consumer.assign(partitions)
-        await self._consumer.seek_to_beginning(*partitions)
+        try:
+            partitions = []
+            for topic in self.topics:
+                for number in sorted(await self._partitions(topic)):
+                    partitions.append(TopicPartition(topic, number))
+            self._consumer.assign(partitions)
+            await self._consumer.seek_to_beginning(*partitions)
+        except BaseException:
+            await self._consumer.stop()  # a topic that does not exist leaves nothing open
+            raise
         return self
 
     async def _partitions(self, topic: str) -> set[int]:
