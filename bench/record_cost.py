@@ -1,0 +1,215 @@
+"""``switchyard bench record_cost``: what one Kafka record costs a Faust worker here.
+
+Why: issue 11 asks for <= 1.5 ms of worker CPU per request. A request is a fixed
+number of record operations (records the worker consumes and produces, changelog
+records included), each paid in the Faust/aiokafka stack before any routing
+work. This bench measures those two prices on this machine, with the worker's own
+Faust settings (bench/record_cost_app.py), so the floor they put under the CPU
+per request is a number, not a guess.
+
+For each ``--sends`` value (default 0, 1, 3): ``--records`` records of
+``--size`` bytes are published to a fresh topic, a one-agent Faust app consumes
+them and sends that many records per record consumed; its CPU (``/proc``, net of
+its idle CPU measured just before) divided by the records gives microseconds
+per consumed record (sends 0) and, from the slope, per sent record.
+
+    switchyard bench record_cost [--records 20000] [--size 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from app.client import TopicFollower
+from app.embedded.broker import EmbeddedBroker
+from bench.throughput.procfs import process_cpu_s
+
+#: Record operations per successful request in a worker (docs/flow.md), by kind.
+CONSUMED_PER_REQUEST = {
+    "llm.requests": 1,
+    "routing: request.accepted": 1,
+    "routing: attempt.finished": 1,
+    "switchyard.dispatch (read back)": 1,
+    "llm.outcomes (feedback matcher)": 1,
+}
+SENT_PER_REQUEST = {
+    "routing: request.accepted": 1,
+    "llm.decisions": 1,
+    "switchyard.dispatch": 1,
+    "llm.outcomes": 1,
+    "routing: attempt.finished": 1,
+    "llm.responses": 1,
+    "answers table changelog (row, expiry index, their two deletions)": 4,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=400, help="bytes per record")
+    parser.add_argument("--sends", default="0,1,3", help="records sent per record consumed")
+    parser.add_argument("--idle-seconds", type=float, default=3.0)
+    parser.add_argument("--out", type=Path, default=Path("results"))
+
+
+def run(args: argparse.Namespace) -> int:
+    result = asyncio.run(measure(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "record_cost.json"
+    path.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    print_report(result)
+    print(f"wrote {path}")
+    return 0
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    sends = [int(n) for n in args.sends.split(",")]
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
+        runs = [await _one(broker, n, args, Path(workdir)) for n in sends]
+    per_consumed = runs[0]["cpu_us_per_record"] if sends[0] == 0 else None
+    slope = _slope([(r["sends"], r["cpu_us_per_record"]) for r in runs])
+    consumed = sum(CONSUMED_PER_REQUEST.values())
+    sent = sum(SENT_PER_REQUEST.values())
+    floor_ms = None
+    if per_consumed is not None:
+        floor_ms = (consumed * per_consumed + sent * slope) / 1000.0
+    return {
+        "records": args.records,
+        "size": args.size,
+        "runs": runs,
+        "cpu_us_per_consumed_record": per_consumed,
+        "cpu_us_per_sent_record": slope,
+        "consumed_per_request": CONSUMED_PER_REQUEST,
+        "sent_per_request": SENT_PER_REQUEST,
+        "floor_cpu_ms_per_request": floor_ms,
+    }
+
+
+async def _one(
+    broker: EmbeddedBroker, sends: int, args: argparse.Namespace, workdir: Path
+) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:6]
+    names = {key: f"rc-{key}-{tag}" for key in ("in", "out", "done")}
+    process = _start_app(broker, names, sends, workdir / tag)
+    try:
+        await _publish(broker.bootstrap, names["in"], [b"warm"])
+        await _wait_for(broker.bootstrap, names["out"] if sends else None, 1 if sends else 0, 60)
+        await asyncio.sleep(2.0)  # joined, first fetches done
+        idle_from, idle_at = process_cpu_s(process.pid), time.monotonic()
+        await asyncio.sleep(args.idle_seconds)
+        idle_rate = (process_cpu_s(process.pid) - idle_from) / (time.monotonic() - idle_at)
+        value = b"x" * args.size
+        started_cpu, started = process_cpu_s(process.pid), time.monotonic()
+        await _publish(broker.bootstrap, names["in"], [value] * (args.records - 1) + [b"last"])
+        await _wait_for(broker.bootstrap, names["done"], 1, 300)
+        elapsed = time.monotonic() - started
+        cpu = process_cpu_s(process.pid) - started_cpu - idle_rate * elapsed
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return {
+        "sends": sends,
+        "seconds": elapsed,
+        "records_per_s": args.records / elapsed,
+        "idle_cpu_ms_per_s": idle_rate * 1000.0,
+        "cpu_s_net": cpu,
+        "cpu_us_per_record": cpu / args.records * 1e6,
+    }
+
+
+def _start_app(
+    broker: EmbeddedBroker, names: dict[str, str], sends: int, datadir: Path
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "RC_BROKER": broker.url,
+        "RC_APP_ID": f"record-cost-{names['in']}",
+        "RC_PARTITIONS": "1",
+        "RC_SENDS": str(sends),
+        "RC_IN": names["in"],
+        "RC_OUT": names["out"],
+        "RC_DONE": names["done"],
+        "RC_DATADIR": str(datadir),
+    }
+    datadir.mkdir(parents=True)
+    command = [sys.executable, "-m", "bench.record_cost_app", "worker", "-l", "warn"]
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.getcwd()
+    )
+
+
+async def _publish(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send(topic, value=value, key=b"k")
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def _wait_for(bootstrap: str, topic: str | None, count: int, timeout_s: float) -> None:
+    """Until ``topic`` has ``count`` records (None: a few seconds for the app to join)."""
+    if topic is None:
+        await asyncio.sleep(8.0)
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            follower = await TopicFollower(bootstrap, [topic]).start()
+        except LookupError:
+            await asyncio.sleep(0.5)
+            continue
+        try:
+            seen = 0
+            while time.monotonic() < deadline and seen < count:
+                seen += len(await follower.poll())
+            return
+        finally:
+            await follower.stop()
+    raise TimeoutError(f"{topic}: fewer than {count} records after {timeout_s:g}s")
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of cost against sends per record."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        return 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
+def print_report(result: dict[str, Any]) -> None:
+    print(f"\n{result['records']:,} records of {result['size']} bytes, one Faust agent")
+    print("| sends per record | records/s | CPU µs per record consumed |")
+    print("|---:|---:|---:|")
+    for run in result["runs"]:
+        print(f"| {run['sends']} | {run['records_per_s']:,.0f} | {run['cpu_us_per_record']:.0f} |")
+    print(f"\nper consumed record: {result['cpu_us_per_consumed_record'] or 0:.0f} µs; ", end="")
+    print(f"per sent record: {result['cpu_us_per_sent_record']:.0f} µs")
+    consumed = sum(result["consumed_per_request"].values())
+    sent = sum(result["sent_per_request"].values())
+    floor = result["floor_cpu_ms_per_request"]
+    if floor is not None:
+        print(
+            f"a request's {consumed} consumed and {sent} sent records: {floor:.2f} ms of CPU "
+            "before any routing, HTTP or serialisation work"
+        )

@@ -1,0 +1,52 @@
+"""The Faust application of ``switchyard bench record_cost``: one agent, nothing else.
+
+It reads ``RC_IN`` and, for each record, sends ``RC_SENDS`` records to ``RC_OUT``
+(Faust's producer, as the worker's agents do); the record whose value is ``last``
+also sends a marker to ``RC_DONE``. Built like the worker's app (app/compat/tansu.py
+installed, the same linger and serializers), so its CPU per record is what one
+consume and one produce cost a worker on this machine.
+
+    python -m bench.record_cost_app worker -l warn     # env: RC_BROKER, RC_IN, ...
+"""
+
+from __future__ import annotations
+
+import os
+
+import faust
+
+from app.compat import tansu
+
+tansu.install()
+app = faust.App(
+    os.environ["RC_APP_ID"],
+    broker=os.environ["RC_BROKER"],
+    store="memory://",
+    datadir=os.environ["RC_DATADIR"],
+    topic_partitions=int(os.environ["RC_PARTITIONS"]),
+    broker_session_timeout=6.0,
+    broker_heartbeat_interval=1.0,
+    consumer_auto_offset_reset="earliest",
+    key_serializer="raw",
+    value_serializer="raw",
+    web_enabled=False,
+    producer_linger_ms=1,
+    processing_guarantee="at_least_once",
+)
+SENDS = int(os.environ["RC_SENDS"])
+source = app.topic(os.environ["RC_IN"], key_type=bytes, value_type=bytes)
+sink = app.topic(os.environ["RC_OUT"], key_type=bytes, value_type=bytes)
+done = app.topic(os.environ["RC_DONE"], key_type=bytes, value_type=bytes)
+
+
+@app.agent(source)
+async def forward(stream: faust.StreamT[bytes]) -> None:
+    async for event in stream.events():
+        for _ in range(SENDS):
+            await sink.send(key=event.key, value=event.value)
+        if event.value == b"last":
+            await done.send(key=b"done", value=b"done")
+
+
+if __name__ == "__main__":
+    app.main()
