@@ -131,6 +131,8 @@ def _outage_window(steps: list[dict[str, Any]]) -> tuple[float, float]:
 
 async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> dict[str, Any]:
     from app.client import all_answered, read_topics
+    from app.config import deployment_id
+    from bench.throughput.workload import MOCK_MODEL
 
     env = {"CB_TIMEOUT_S": f"{args.breaker_timeout_s:g}"}
     async with scaleout_stack(
@@ -159,7 +161,8 @@ async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> d
         )
         got = answers(ids, records[t.responses])
         outage = _outage_window(steps)
-        breaker = breaker_per_route(records[t.decisions], records[t.outcomes], routes, DEAD, outage)
+        dead = deployment_id(DEAD, MOCK_MODEL)  # decisions and outcomes name deployments
+        breaker = breaker_per_route(records[t.decisions], records[t.outcomes], routes, dead, outage)
         qs.progress("scaleout", "steady: replaying the whole log")
         replayed, fold, placement = await _replay(stack, env, args.trail_limit)
         trail = got["lost_ids"][: args.trail_limit] + [
