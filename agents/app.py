@@ -8,8 +8,9 @@ worker does (``switchyard worker``: app/cli.py imports the agents): nothing unde
 
 from __future__ import annotations
 
+import asyncio
 import signal
-from typing import Any
+from typing import Any, cast
 
 import faust
 
@@ -98,13 +99,45 @@ def _topic(name: str) -> faust.TopicT:
     return app.topic(name, key_type=bytes, value_type=bytes, partitions=settings.partitions)
 
 
+class Publisher:
+    """Writes records to one topic with the worker's producer, without Faust's channel
+    layer (its ``FutureMessage``, codecs and per-send sensors): one record sent by
+    ``Topic.send`` cost 70 µs of CPU here, 32 µs this way (``switchyard bench
+    record_cost``). ``send`` returns the record's delivery future, as ``Topic.send`` does.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_topic_name(self) -> str:
+        return self.name
+
+    async def send(
+        self,
+        *,
+        key: bytes | None,
+        value: bytes | str,
+        partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Any]:
+        data = value.encode() if isinstance(value, str) else value
+        sent = await app.producer.send(self.name, key, data, partition, None, headers)
+        return cast("asyncio.Future[Any]", sent)
+
+
+#: Topics agents read (Faust topics), then the worker's writers (one per topic it writes).
 requests_topic = _topic(settings.topics.requests)
 routing_topic = _topic(settings.topics.routing)
 dispatch_topic = _topic(settings.topics.dispatch)
 spill_topic = _topic(settings.topics.spill)
-decisions_topic = _topic(settings.topics.decisions)
-outcomes_topic = _topic(settings.topics.outcomes)
-responses_topic = _topic(settings.topics.responses)
-deadletter_topic = _topic(settings.topics.deadletter)
+routing_log = Publisher(settings.topics.routing)
+dispatch_log = Publisher(settings.topics.dispatch)
+spill_log = Publisher(settings.topics.spill)
+decisions_topic = Publisher(settings.topics.decisions)
+outcomes_topic = Publisher(settings.topics.outcomes)
+responses_topic = Publisher(settings.topics.responses)
+deadletter_topic = Publisher(settings.topics.deadletter)
 #: One partition: its order numbers the policy versions (issue 13).
 policy_topic = app.topic(settings.topics.policy, key_type=bytes, value_type=bytes, partitions=1)

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
@@ -29,7 +29,7 @@ from agents.app import (
     app,
     outcomes_topic,
     responses_topic,
-    routing_topic,
+    routing_log,
     settings,
 )
 from agents.judge import read_judgement, request_judgement
@@ -214,13 +214,13 @@ async def _publish(sealed: Sealed) -> None:
         answer = await responses_topic.send(key=key, value=sealed.response.model_dump_json())
         metrics.RESPONSES.labels(status="ok", source="executor").inc()
     await outcomes_topic.send(key=key, value=outcome.model_dump_json())
-    delivered = await routing_topic.send(key=outcome.route.encode(), value=sealed.feedback)
+    delivered = await routing_log.send(key=outcome.route.encode(), value=sealed.feedback)
     # The call counts as done (its hand-off record acked) only once the broker has the
     # feedback: a stop in between must leave the dispatch to be made again. The answer is
     # acked too, before a stream's end marker tells a gateway the answer is complete.
-    await cast("asyncio.Future[Any]", delivered)
+    await delivered
     if answer is not None:
-        await cast("asyncio.Future[Any]", answer)
+        await answer
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import faust
 from aiokafka.errors import KafkaError
@@ -37,7 +37,7 @@ from faust import StreamT
 from faust.types import EventT
 from pydantic import ValidationError
 
-from agents.app import app, deadletter_topic, routing_topic, settings
+from agents.app import app, deadletter_topic, routing_log, settings
 from agents.ingest import SIZE_ERRORS, log_time, position_of, where
 from app.events import (
     DeadLetter,
@@ -170,12 +170,12 @@ def _parse(raw: bytes) -> Outcome | FeedbackAccepted | FeedbackSweep:
 async def _apply(step: MatchStep, request_id: str, before: Any, partition: int) -> None:
     """Send the grades and the unmatched letters, wait for the broker, then write the row."""
     sends = [
-        await routing_topic.send(key=grade.route.encode(), value=grade.model_dump_json())
+        await routing_log.send(key=grade.route.encode(), value=grade.model_dump_json())
         for grade in step.grades
     ]
     sends += [await _send_unmatched(item) for item in step.unmatched]
     if sends:
-        await asyncio.gather(*(cast("asyncio.Future[Any]", sent) for sent in sends))
+        await asyncio.gather(*sends)
     if step.write == "set" and step.row is not None:
         save_answer(request_id, step.row, before, partition)
     elif step.write == "delete" and before is not None:

@@ -34,7 +34,7 @@ from faust import StreamT
 from pydantic import ValidationError
 
 from agents.acks import InOrderAcks
-from agents.app import app, dispatch_topic, settings, spill_topic
+from agents.app import app, dispatch_log, dispatch_topic, settings, spill_log, spill_topic
 from agents.executor import run_dispatch
 from app import metrics
 from app.events import Dispatch
@@ -68,11 +68,11 @@ async def hand_off(dispatch: Dispatch) -> object:
     if has_room():
         headers = [(DISPATCH_ID_HEADER, dispatch.id.encode())]
         key = dispatch.decision.route.encode()
-        sent = await dispatch_topic.send(key=key, value=value, headers=headers)
+        sent = await dispatch_log.send(key=key, value=value, headers=headers)
         launch(dispatch)
         return sent
     metrics.SPILLED.inc()
-    return await spill_topic.send(key=dispatch.decision.request_id.encode(), value=value)
+    return await spill_log.send(key=dispatch.decision.request_id.encode(), value=value)
 
 
 def dispatch_id_of(event: Any) -> str | None:

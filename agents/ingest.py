@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLarge
 from faust import StreamT
 from faust.types import EventT
 
-from agents.app import app, deadletter_topic, requests_topic, routing_topic, settings
+from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
 from app import metrics
 from app.events import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept, dead_letter, encode_accepted
@@ -92,7 +92,7 @@ async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | 
     )
     if isinstance(value, DeadLetter):
         return value
-    await routing_topic.send(key=accepted.route.encode(), value=value)
+    await routing_log.send(key=accepted.route.encode(), value=value)
     metrics.REQUESTS.labels(result="accepted").inc()
     return None
 

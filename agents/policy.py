@@ -22,7 +22,7 @@ from typing import Any
 
 from faust import StreamT
 
-from agents.app import app, policy_topic, routing_topic, settings
+from agents.app import app, policy_topic, routing_log, settings
 from app.config import ConfigError
 from app.events import PolicyChanged, derived_id, ledger_key
 from app.policy_file import document_from_file
@@ -77,7 +77,7 @@ async def _relay(version: Version) -> None:
             document=version.proposal.document,
             source=version.proposal.source,
         )
-        sends.append(await routing_topic.send(key=route.encode(), value=change.model_dump_json()))
+        sends.append(await routing_log.send(key=route.encode(), value=change.model_dump_json()))
     await asyncio.gather(*sends)
     log.info("policy version %d relayed to %d route(s)", version.number, len(routes))
 

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
-from agents.app import app, settings
+from agents.app import Publisher, settings
 from app.events import (
     AttemptFinished,
     ChatRequest,
@@ -41,8 +41,8 @@ from app.events import (
 
 log = logging.getLogger(__name__)
 
-replies_topic = app.topic(settings.topics.replies, key_type=bytes, value_type=bytes)
-deltas_topic = app.topic(settings.topics.deltas, key_type=bytes, value_type=bytes)
+replies_topic = Publisher(settings.topics.replies)
+deltas_topic = Publisher(settings.topics.deltas)
 #: Reply addresses of requests the router folded and has not answered yet.
 MAX_REMEMBERED = 100_000
 _addresses: OrderedDict[str, ReplyTo] = OrderedDict()

@@ -47,6 +47,7 @@ from agents.app import (
     deadletter_topic,
     decisions_topic,
     responses_topic,
+    routing_log,
     routing_topic,
     settings,
 )
@@ -297,9 +298,7 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
     for record in step.records:  # budget asks, verdicts, settlements (issue 13 §3)
-        sent = await routing_topic.send(
-            key=route_of(record).encode(), value=record.model_dump_json()
-        )
+        sent = await routing_log.send(key=route_of(record).encode(), value=record.model_dump_json())
         pending.append(_future(sent))
     for response in step.responses:
         if response.request_id == answered and response.status == "ok":
@@ -356,4 +355,4 @@ async def tick_routes() -> None:
         tick = RouteTick(
             id=derived_id("tick", route_name, now.isoformat()), occurred_at=now, route=route_name
         )
-        await routing_topic.send(key=route_name.encode(), value=tick.model_dump_json())
+        await routing_log.send(key=route_name.encode(), value=tick.model_dump_json())

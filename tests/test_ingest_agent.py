@@ -46,7 +46,7 @@ class Holder:
 
 @pytest.fixture
 def topics(monkeypatch: pytest.MonkeyPatch) -> dict[str, FakeTopic]:
-    wired = {"routing_topic": FakeTopic(), "deadletter_topic": FakeTopic()}
+    wired = {"routing_log": FakeTopic(), "deadletter_topic": FakeTopic()}
     for name, topic in wired.items():
         monkeypatch.setattr(ingest, name, topic)
     monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
@@ -60,7 +60,7 @@ def request(content: str = MARKER) -> bytes:
 
 async def test_a_valid_request_is_forwarded(topics: dict[str, FakeTopic]) -> None:
     await ingest.ingest_one(request(), WHERE, WHEN)
-    assert len(topics["routing_topic"].sent) == 1
+    assert len(topics["routing_log"].sent) == 1
     assert topics["deadletter_topic"].sent == []
 
 
@@ -78,7 +78,7 @@ async def test_poison_records_are_dead_lettered(topics: dict[str, FakeTopic], ra
     (letter,) = topics["deadletter_topic"].letters()
     assert letter.reason in {"too_deep", "bad_number", "bad_text"}
     assert letter.source == WHERE
-    assert topics["routing_topic"].sent == []
+    assert topics["routing_log"].sent == []
 
 
 async def test_an_unforeseen_error_is_an_internal_dead_letter_and_logs_no_content(
@@ -103,7 +103,7 @@ async def test_an_unforeseen_error_is_an_internal_dead_letter_and_logs_no_conten
 async def test_a_record_the_producer_refuses_for_size_is_oversized(
     topics: dict[str, FakeTopic], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(ingest, "routing_topic", FakeTopic(MessageSizeTooLargeError(MARKER)))
+    monkeypatch.setattr(ingest, "routing_log", FakeTopic(MessageSizeTooLargeError(MARKER)))
     caplog.set_level(logging.DEBUG)
     await ingest.ingest_one(request(), WHERE, WHEN)
     (letter,) = topics["deadletter_topic"].letters()
@@ -114,7 +114,7 @@ async def test_a_record_the_producer_refuses_for_size_is_oversized(
 async def test_the_broker_s_own_trouble_is_raised_not_dead_lettered(
     topics: dict[str, FakeTopic], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest, "routing_topic", FakeTopic(KafkaConnectionError()))
+    monkeypatch.setattr(ingest, "routing_log", FakeTopic(KafkaConnectionError()))
     with pytest.raises(KafkaConnectionError):
         await ingest.ingest_one(request(), WHERE, WHEN)
     assert topics["deadletter_topic"].sent == []

@@ -77,7 +77,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBroker, dict[str, RouteS
     table: dict[str, RouteState] = {}
     for name in ("decisions_topic", "responses_topic"):
         monkeypatch.setattr(router, name, broker.topic(name))
-    for name in ("dispatch_topic", "spill_topic"):  # the hand-off's (agents/handoff.py)
+    for name in ("dispatch_log", "spill_log"):  # the hand-off's (agents/handoff.py)
         monkeypatch.setattr(router.handoff, name, broker.topic(name))
     # Rows written at every chance (the flush interval is tested on its own).
     flush_always = router.settings.model_copy(update={"router_flush_interval_s": 0.0})
@@ -102,7 +102,7 @@ async def test_kill_before_the_response_is_acknowledged_loses_no_response(
     worker = router.Pipeline()
     broker.acknowledge = True
     assert await worker.fold(accepted("req-1", T0, offset=0), "ev0", 0) == ["ev0"]
-    (dispatch,) = broker.records("dispatch_topic")
+    (dispatch,) = broker.records("dispatch_log")
     done = finish("req-1", dispatch["decision"]["deployment"], T0 + 1)
 
     broker.acknowledge = False
@@ -127,7 +127,7 @@ async def test_kill_before_the_dispatch_is_acknowledged_loses_no_dispatch(
 
     broker.acknowledge = True
     assert await router.Pipeline().fold(request, "ev0", 0) == ["ev0"]
-    assert [d["decision"]["request_id"] for d in broker.records("dispatch_topic")] == ["req-2"]
+    assert [d["decision"]["request_id"] for d in broker.records("dispatch_log")] == ["req-2"]
     assert [d["request_id"] for d in broker.records("decisions_topic")] == ["req-2"]
     assert list(table["chat"].open_attempts) == ["req-2#1"]
     # The call starts where the decision is made, each time it is made.
