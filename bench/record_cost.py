@@ -9,9 +9,10 @@ per request is a number, not a guess.
 
 For each ``--sends`` value (default 0, 1, 3): ``--records`` records of
 ``--size`` bytes are published to a fresh topic, a one-agent Faust app consumes
-them and sends that many records per record consumed; its CPU (``/proc``, net of
-its idle CPU measured just before) divided by the records gives microseconds
-per consumed record (sends 0) and, from the slope, per sent record.
+them and sends that many records per record consumed, with Faust's
+``Topic.send`` and with the producer directly; its CPU (``/proc``, net of its
+idle CPU measured just before) divided by the records gives microseconds per
+consumed record (sends 0) and, from the slope, per sent record.
 
     switchyard bench record_cost [--records 20000] [--size 400]
 """
@@ -34,6 +35,7 @@ from aiokafka import AIOKafkaProducer
 
 from app.client import TopicFollower
 from app.embedded.broker import EmbeddedBroker
+from app.kafka import client_security
 from bench.throughput.procfs import process_cpu_s
 
 #: Record operations per successful request in a worker (docs/flow.md), by kind.
@@ -53,6 +55,11 @@ SENT_PER_REQUEST = {
     "llm.responses": 1,
     "answers table changelog (row, expiry index, their two deletions)": 4,
 }
+
+
+#: How the app sends: Faust's ``Topic.send``, or its producer directly (agents/app.py's
+#: ``Publisher``, what the worker's agents use).
+SEND_WAYS = {"topic": "Faust's Topic.send", "producer": "the producer (Publisher)"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,33 +82,40 @@ def run(args: argparse.Namespace) -> int:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     sends = [int(n) for n in args.sends.split(",")]
+    runs: dict[str, list[dict[str, Any]]] = {}
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
-        runs = [await _one(broker, n, args, Path(workdir)) for n in sends]
-    per_consumed = runs[0]["cpu_us_per_record"] if sends[0] == 0 else None
-    slope = _slope([(r["sends"], r["cpu_us_per_record"]) for r in runs])
+        base = await _one(broker, 0, args, Path(workdir), "topic")
+        for way in SEND_WAYS:
+            runs[way] = [base] + [
+                await _one(broker, n, args, Path(workdir), way) for n in sends if n > 0
+            ]
+    per_consumed = base["cpu_us_per_record"]
+    per_sent = {
+        way: _slope([(r["sends"], r["cpu_us_per_record"]) for r in found])
+        for way, found in runs.items()
+    }
     consumed = sum(CONSUMED_PER_REQUEST.values())
     sent = sum(SENT_PER_REQUEST.values())
-    floor_ms = None
-    if per_consumed is not None:
-        floor_ms = (consumed * per_consumed + sent * slope) / 1000.0
     return {
         "records": args.records,
         "size": args.size,
         "runs": runs,
         "cpu_us_per_consumed_record": per_consumed,
-        "cpu_us_per_sent_record": slope,
+        "cpu_us_per_sent_record": per_sent,
         "consumed_per_request": CONSUMED_PER_REQUEST,
         "sent_per_request": SENT_PER_REQUEST,
-        "floor_cpu_ms_per_request": floor_ms,
+        "floor_cpu_ms_per_request": {
+            way: (consumed * per_consumed + sent * cost) / 1000.0 for way, cost in per_sent.items()
+        },
     }
 
 
 async def _one(
-    broker: EmbeddedBroker, sends: int, args: argparse.Namespace, workdir: Path
+    broker: EmbeddedBroker, sends: int, args: argparse.Namespace, workdir: Path, way: str
 ) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     names = {key: f"rc-{key}-{tag}" for key in ("in", "out", "done")}
-    process = _start_app(broker, names, sends, workdir / tag)
+    process = _start_app(broker, names, sends, workdir / tag, way)
     try:
         await _publish(broker.bootstrap, names["in"], [b"warm"])
         await _wait_for(broker.bootstrap, names["out"] if sends else None, 1 if sends else 0, 60)
@@ -124,6 +138,7 @@ async def _one(
             process.wait()
     return {
         "sends": sends,
+        "way": way,
         "seconds": elapsed,
         "records_per_s": args.records / elapsed,
         "idle_cpu_ms_per_s": idle_rate * 1000.0,
@@ -133,7 +148,7 @@ async def _one(
 
 
 def _start_app(
-    broker: EmbeddedBroker, names: dict[str, str], sends: int, datadir: Path
+    broker: EmbeddedBroker, names: dict[str, str], sends: int, datadir: Path, way: str
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -145,6 +160,7 @@ def _start_app(
         "RC_OUT": names["out"],
         "RC_DONE": names["done"],
         "RC_DATADIR": str(datadir),
+        "RC_DIRECT": "1" if way == "producer" else "0",
     }
     datadir.mkdir(parents=True)
     command = [sys.executable, "-m", "bench.record_cost_app", "worker", "-l", "warn"]
@@ -154,7 +170,7 @@ def _start_app(
 
 
 async def _publish(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **client_security())
     await producer.start()
     try:
         for value in values:
@@ -199,17 +215,18 @@ def _slope(points: list[tuple[int, float]]) -> float:
 
 def print_report(result: dict[str, Any]) -> None:
     print(f"\n{result['records']:,} records of {result['size']} bytes, one Faust agent")
-    print("| sends per record | records/s | CPU µs per record consumed |")
-    print("|---:|---:|---:|")
-    for run in result["runs"]:
-        print(f"| {run['sends']} | {run['records_per_s']:,.0f} | {run['cpu_us_per_record']:.0f} |")
-    print(f"\nper consumed record: {result['cpu_us_per_consumed_record'] or 0:.0f} µs; ", end="")
-    print(f"per sent record: {result['cpu_us_per_sent_record']:.0f} µs")
+    print("| sent with | sends per record consumed | records/s | CPU µs per record consumed |")
+    print("|---|---:|---:|---:|")
+    for way, runs in result["runs"].items():
+        for run in runs:
+            rate, cost = run["records_per_s"], run["cpu_us_per_record"]
+            print(f"| {way} | {run['sends']} | {rate:,.0f} | {cost:.0f} |")
     consumed = sum(result["consumed_per_request"].values())
     sent = sum(result["sent_per_request"].values())
-    floor = result["floor_cpu_ms_per_request"]
-    if floor is not None:
+    print(f"\nper consumed record: {result['cpu_us_per_consumed_record']:.0f} µs")
+    for way, cost in result["cpu_us_per_sent_record"].items():
+        floor = result["floor_cpu_ms_per_request"][way]
         print(
-            f"a request's {consumed} consumed and {sent} sent records: {floor:.2f} ms of CPU "
-            "before any routing, HTTP or serialisation work"
+            f"per record sent with {SEND_WAYS[way]}: {cost:.0f} µs; a request's {consumed} "
+            f"consumed and {sent} sent records: {floor:.2f} ms of CPU"
         )

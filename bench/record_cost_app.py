@@ -16,6 +16,8 @@ import os
 import faust
 
 from app.compat import tansu
+from app.kafka import faust_security
+from app.settings import get_settings
 
 tansu.install()
 app = faust.App(
@@ -32,8 +34,11 @@ app = faust.App(
     web_enabled=False,
     producer_linger_ms=1,
     processing_guarantee="at_least_once",
+    **faust_security(get_settings()),
 )
 SENDS = int(os.environ["RC_SENDS"])
+DIRECT = os.environ.get("RC_DIRECT") == "1"
+OUT = os.environ["RC_OUT"]
 source = app.topic(os.environ["RC_IN"], key_type=bytes, value_type=bytes)
 sink = app.topic(os.environ["RC_OUT"], key_type=bytes, value_type=bytes)
 done = app.topic(os.environ["RC_DONE"], key_type=bytes, value_type=bytes)
@@ -43,7 +48,10 @@ done = app.topic(os.environ["RC_DONE"], key_type=bytes, value_type=bytes)
 async def forward(stream: faust.StreamT[bytes]) -> None:
     async for event in stream.events():
         for _ in range(SENDS):
-            await sink.send(key=event.key, value=event.value)
+            if DIRECT:
+                await app.producer.send(OUT, event.key, event.value, None, None, None)
+            else:
+                await sink.send(key=event.key, value=event.value)
         if event.value == b"last":
             await done.send(key=b"done", value=b"done")
 
