@@ -179,7 +179,8 @@ async def _apply(step: MatchStep, request_id: str, before: Any, partition: int) 
     if step.write == "set" and step.row is not None:
         save_answer(request_id, step.row, before, partition)
     elif step.write == "delete" and before is not None:
-        delete_answer(request_id, expiry_key(before.expires_at, request_id))
+        answered = before.status is not None
+        delete_answer(request_id, expiry_key(before.expires_at, request_id), answered=answered)
     for result in step.results:
         FEEDBACK.labels(result=result).inc()
 

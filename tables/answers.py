@@ -11,6 +11,15 @@ of early feedback + ``feedback_match_grace_s``). A second table indexes rows by
 expiry (key ``<ms, 15 digits>/<request id>``), so RocksDB keeps each partition's
 index in expiry order and a sweep reads only the rows that are due, oldest first.
 Both tables live in RocksDB: memory stays bounded whatever the window holds.
+
+Pruning writes nothing to the changelogs for an answered row (two records fewer
+per request): the row and its index entry are deleted from the local store only,
+and the changelog topics drop old records by time (``cleanup.policy``
+``compact,delete``, retention: the feedback window plus the match grace plus an
+hour, counted from a row's last write). A row a restore brings back after its
+expiry is refused feedback as ``expired`` (its answer time says so) and swept
+again. A row still waiting for its answer is deleted with a tombstone: brought
+back, its refused feedback could be applied to a late answer.
 """
 
 from __future__ import annotations
@@ -28,12 +37,20 @@ def _schema() -> Any:
     return faust.Schema(key_serializer="json", value_serializer="json")
 
 
+def changelog_configs(window_s: float, grace_s: float) -> dict[str, str]:
+    """The changelogs keep a row's last record at least as long as the row can live."""
+    retention_ms = int((window_s + grace_s + 3600.0) * 1000)
+    return {"cleanup.policy": "compact,delete", "retention.ms": str(retention_ms)}
+
+
+_CHANGELOGS = changelog_configs(settings.feedback_window_s, settings.feedback_match_grace_s)
 answers = app.Table(
     "feedback-answers",
     default=None,
     partitions=settings.partitions,
     schema=_schema(),
     options=table_store_options(settings),
+    extra_topic_configs=_CHANGELOGS,
 )
 expiry_index = app.Table(
     "feedback-expiry",
@@ -41,6 +58,7 @@ expiry_index = app.Table(
     partitions=settings.partitions,
     schema=_schema(),
     options=table_store_options(settings),
+    extra_topic_configs=_CHANGELOGS,
 )
 
 
@@ -61,16 +79,21 @@ def save_answer(request_id: str, row: AnswerRow, before: AnswerRow | None, parti
         expiry_index[expiry_key(row.expires_at, request_id)] = {"r": request_id, "p": partition}
 
 
-def delete_answer(request_id: str, key: str) -> None:
-    """Delete the row and its index entry ``key``."""
+def delete_answer(request_id: str, key: str, *, answered: bool) -> None:
+    """Delete the row and its index entry ``key``: an ``answered`` row from the local
+    store only, a row still waiting for its answer with a tombstone too."""
     if answers.get(request_id) is not None:
-        del answers[request_id]
+        if answered:
+            del answers.data[request_id]
+        else:
+            del answers[request_id]
     delete_index(key)
 
 
 def delete_index(key: str) -> None:
+    """From the local store only: an entry a restore brings back is swept again."""
     if expiry_index.get(key) is not None:
-        del expiry_index[key]
+        del expiry_index.data[key]
 
 
 def due(partition: int, now: float, limit: int) -> list[tuple[str, str, float]]:
