@@ -339,12 +339,18 @@ def _export_budget(key: str, state: RouteState) -> None:
             metrics.BUDGET_REMAINING_USD.labels(scope=scope, window=window).set(remaining)
 
 
+#: The breaker gauge's value last set per provider: set again only when it changes, not
+#: for every arm on every event.
+_breaker_exported: dict[str, int] = {}
+
+
 def _export_breakers(step: Step) -> None:
     for deployment, arm in step.state.arms.items():
         provider = deployment.split(":", 1)[0]
-        metrics.CIRCUIT_BREAKER_STATE.labels(provider=provider).set(
-            BREAKER_GAUGE[arm.breaker.state]
-        )
+        value = BREAKER_GAUGE[arm.breaker.state]
+        if _breaker_exported.get(provider) != value:
+            _breaker_exported[provider] = value
+            metrics.CIRCUIT_BREAKER_STATE.labels(provider=provider).set(value)
 
 
 @app.timer(interval=settings.tick_interval_s)  # type: ignore[untyped-decorator]
