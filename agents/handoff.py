@@ -124,6 +124,7 @@ async def handoff(stream: StreamT[bytes]) -> None:
     global _acks
     manual: Any = cast(Any, stream).noack()  # acked once the call has ended
     acks = _acks = InOrderAcks(manual.ack)
+    metrics.ACKS_HELD.labels(agent="handoff").set_function(acks.held)
     async for event in manual.events():
         acks.received(event)
         task = _task_for(event)
@@ -179,6 +180,7 @@ async def spill(stream: StreamT[bytes]) -> None:
     global _spill_acks
     manual: Any = cast(Any, stream).noack()
     acks = _spill_acks = InOrderAcks(manual.ack)
+    metrics.ACKS_HELD.labels(agent="spill").set_function(acks.held)
     slots = asyncio.Semaphore(settings.spill_concurrency)
     async for event in manual.events():
         acks.received(event)

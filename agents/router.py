@@ -244,6 +244,7 @@ async def route(stream: StreamT[bytes]) -> None:
     global _acks
     manual: Any = cast(Any, stream).noack()  # acked once a written row includes the event
     acks = _acks = InOrderAcks(manual.ack)
+    metrics.ACKS_HELD.labels(agent="router").set_function(acks.held)
     async for event in manual.events():
         acks.received(event)
         try:

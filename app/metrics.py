@@ -45,6 +45,13 @@ SPILLED = Counter(
     "switchyard_spilled_dispatches_total",
     "Attempts the deciding worker had no room to call itself, sent to any worker's executors.",
 )
+ACKS_HELD = Gauge(
+    "switchyard_acks_held",
+    "Events an agent that acks by hand (router, handoff, spill) has received and not acked: "
+    "in work, or waiting for an earlier event of their partition (agents/acks.py). A count "
+    "that only grows means a partition's commits are stuck.",
+    ["agent"],
+)
 ROUTER_RECALLS = Counter(
     "switchyard_router_recalls_total",
     "Waiting requests (line) and parked attempts (parked) the router read back from the "

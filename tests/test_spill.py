@@ -3,7 +3,9 @@ worker's ``spill`` agent; every spilled request is answered, and counted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 
 import httpx
@@ -19,11 +21,26 @@ pytestmark = pytest.mark.broker
 REQUESTS = 40
 
 
-def spilled(stack: EmbeddedStack) -> float:
+def metric(stack: EmbeddedStack, prefix: str) -> float:
+    """The sum of the worker's samples whose line starts with ``prefix``."""
     port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    lines = [line for line in text.splitlines() if line.startswith("switchyard_spilled_dispatches")]
-    return sum(float(line.split()[-1]) for line in lines if "_total" in line)
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert lines, f"no {prefix} on /metrics"
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+async def acks_settle(stack: EmbeddedStack, timeout_s: float = 20.0) -> dict[str, float]:
+    """The acks each agent holds, once the hand-off and spill agents hold none."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = {
+            agent: metric(stack, f'switchyard_acks_held{{agent="{agent}"}}')
+            for agent in ("router", "handoff", "spill")
+        }
+        if held["handoff"] == held["spill"] == 0 or time.monotonic() > deadline:
+            return held
+        await asyncio.sleep(0.5)
 
 
 async def test_calls_beyond_the_workers_room_are_spilled_and_all_answered(
@@ -41,7 +58,12 @@ async def test_calls_beyond_the_workers_room_are_spilled_and_all_answered(
         answers = {r["request_id"]: r for r in seen[topic] if r["request_id"] in ids}
         assert set(answers) == set(ids)
         assert all(answer["status"] == "ok" for answer in answers.values())
-        assert spilled(stack) > 0
+        assert metric(stack, "switchyard_spilled_dispatches_total") > 0
+        # Every call ended, so every dispatch record is acked; the router holds at most
+        # the newest event of each partition (its row waits for the next event).
+        held = await acks_settle(stack)
+        assert held["handoff"] == held["spill"] == 0, held
+        assert held["router"] <= stack.partitions, held
         # The calls made here: read back by id from a header, without parsing the request.
         dispatches = await read_raw(stack.broker.bootstrap, [stack.topics.dispatch], idle_s=1)
         assert dispatches
