@@ -36,9 +36,9 @@ class Trace:
 #: Stages of a one-attempt request, as differences of the record timestamps.
 STAGES = (
     "publish → decision (requests hop, ingest, routing hop, router)",
-    "decision → call start (dispatch hop, executor)",
+    "decision → outcome, less the call (the deciding worker calls at once)",
     "provider call (the mock, client side)",
-    "outcome → response (routing hop, router)",
+    "outcome → response (the executor publishes a success itself)",
     "response → client (responses hop)",
 )
 
