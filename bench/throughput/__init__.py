@@ -32,7 +32,7 @@ One run, every number measured on this machine in this run:
    against a 16-provider policy whose arms all have pulls: p50/p99 µs for
    ucb1, thompson (includes its 200-draw propensity estimate) and composite,
    plus the router's whole per-event codec path (row JSON in, fold, row JSON
-   out, decision and dispatch JSON). When a p99 misses 50 µs, the top cProfile
+   out, decision and dispatch JSON). When a p99 misses its target, the top cProfile
    entries are printed.
 6. ``--profile-seconds N`` (default 15; 0: off) records the worker with
    ``py-spy`` under saturation after the measured phases and prints where its
