@@ -34,6 +34,7 @@ def build_app(settings: Settings) -> faust.App:
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=settings.heartbeat_interval_s,
         consumer_auto_offset_reset="earliest",
+        table_standby_replicas=settings.table_standby_replicas,
         key_serializer="raw",
         value_serializer="raw",
         web_host=settings.web_host,

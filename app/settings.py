@@ -246,6 +246,11 @@ class Settings(BaseSettings):
     rocksdb_write_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
     rocksdb_max_write_buffers: int = Field(default=2, ge=1)
     rocksdb_block_cache_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    #: Standby copies of each table partition other workers keep (Faust's
+    #: ``table_standby_replicas``): a worker taking a partition over starts from its copy
+    #: instead of reading the whole changelog, but every standby reads every changelog
+    #: record of the partitions it mirrors.
+    table_standby_replicas: int = Field(default=1, ge=0)
     #: The router writes a route's row (one changelog record) once per batch of events
     #: read together, and at least every this many events of the route.
     router_batch_max: int = Field(default=256, ge=1)

@@ -71,6 +71,12 @@ DEAD = PROVIDERS[-1]
 Mocks = dict[str, "MockServer"]
 
 
+def _worker_env(args: argparse.Namespace) -> dict[str, str]:
+    if args.standby_replicas is None:
+        return {}
+    return {"SWITCHYARD_TABLE_STANDBY_REPLICAS": str(args.standby_replicas)}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phases", default="steady,burst", help="steady, burst or both")
     parser.add_argument("--routes", type=int, default=12)
@@ -86,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settle-s", type=float, default=15.0, help="after the 2nd worker joins")
     parser.add_argument("--drain-timeout-s", type=float, default=180.0)
     parser.add_argument("--trail-limit", type=int, default=5)
+    parser.add_argument(
+        "--standby-replicas", type=int, default=None, help="SWITCHYARD_TABLE_STANDBY_REPLICAS"
+    )
     parser.add_argument("--out", type=Path, default=Path("results"))
 
 
@@ -136,7 +145,12 @@ async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> d
 
     env = {"CB_TIMEOUT_S": f"{args.breaker_timeout_s:g}"}
     async with scaleout_stack(
-        "steady", mocks, routes, partitions=args.partitions, env=env, out=args.out
+        "steady",
+        mocks,
+        routes,
+        partitions=args.partitions,
+        env={**env, **_worker_env(args)},
+        out=args.out,
     ) as stack:
         if not await warm_up(stack, routes, "steady", 90.0):
             raise RuntimeError("the worker answered no warm-up request in 90 s")
@@ -285,7 +299,7 @@ async def bursts(
         return [(f"{tag}-{i:06d}", over[i % len(over)]) for i in range(n)]
 
     async with scaleout_stack(
-        "burst", mocks, routes, partitions=args.partitions, env={}, out=args.out
+        "burst", mocks, routes, partitions=args.partitions, env=_worker_env(args), out=args.out
     ) as stack:
         if not await warm_up(stack, routes, "burst-1", 90.0):
             raise RuntimeError("the worker answered no warm-up request in 90 s")
