@@ -61,7 +61,7 @@ _spilled: set[asyncio.Task[None]] = set()
 DISPATCH_ID_HEADER = "switchyard-dispatch-id"
 
 
-async def hand_off(dispatch: Dispatch) -> object:
+async def hand_off(dispatch: Dispatch) -> asyncio.Future[Any]:
     """Call here at once (the record, keyed by route, covers a crash), or spill the call to
     any worker when this one has no room. Returns the record's delivery future."""
     value = dispatch.model_dump_json()

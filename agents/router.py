@@ -292,22 +292,22 @@ async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Futu
         decision = dispatch.decision
         key = decision.request_id.encode()
         sent = await decisions_topic.send(key=key, value=decision.model_dump_json())
-        pending.append(_future(sent))
-        pending.append(_future(await handoff.hand_off(dispatch)))
+        pending.append(sent)
+        pending.append(await handoff.hand_off(dispatch))
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
     for record in step.records:  # budget asks, verdicts, settlements (issue 13 §3)
         sent = await routing_log.send(key=route_of(record).encode(), value=record.model_dump_json())
-        pending.append(_future(sent))
+        pending.append(sent)
     for response in step.responses:
         if response.request_id == answered and response.status == "ok":
             continue
         sent = await responses_topic.send(
             key=response.request_id.encode(), value=response.model_dump_json()
         )
-        pending.append(_future(sent))
+        pending.append(sent)
         replies.send_response(response, replies.address_of(response.request_id))
         await read_judgement(response)  # a judge request's failure, counted
         metrics.RESPONSES.labels(status=response.status, source="router").inc()
@@ -320,11 +320,6 @@ def _answered(parsed: RoutingLogEvent) -> str | None:
     if isinstance(parsed, AttemptFinished) and parsed.answered:
         return parsed.outcome.request_id
     return None
-
-
-def _future(sent: object) -> asyncio.Future[Any]:
-    """Faust's send returns a FutureMessage, an asyncio future resolved on delivery."""
-    return cast("asyncio.Future[Any]", sent)
 
 
 def _export_budget(key: str, state: RouteState) -> None:
