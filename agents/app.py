@@ -103,7 +103,7 @@ def _topic(name: str) -> faust.TopicT:
 class Publisher:
     """Writes records to one topic with the worker's producer, without Faust's channel
     layer (its ``FutureMessage``, codecs and per-send sensors): one record sent by
-    ``Topic.send`` cost 65-70 µs of CPU here, 28-32 µs this way (``switchyard bench
+    ``Topic.send`` cost 65-71 µs of CPU here, 28-32 µs this way (``switchyard bench
     record_cost``). ``send`` returns the record's delivery future, as ``Topic.send`` does.
     """
 
