@@ -43,7 +43,7 @@ def build_app(settings: Settings) -> faust.App:
         **faust_web_options(settings),
         # SASL/TLS (SWITCHYARD_KAFKA_*): the consumers, producers and admin client Faust builds.
         **faust_security(settings),
-        producer_linger_ms=1,
+        producer_linger_ms=settings.producer_linger_ms,
         # Room for the largest request's envelopes (Settings.max_record_bytes): Faust's
         # default, 1,000,000, refused a valid 999.7 KB request's RequestAccepted.
         producer_max_request_size=settings.producer_max_request_size,

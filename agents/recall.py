@@ -17,7 +17,7 @@ from collections import deque
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
-from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.compat.tansu import fetch_max_wait_ms
 from app.events import RequestAccepted, RoutingLogEvent, route_of
 from app.kafka import client_security
 from app.routing.driver import Recall, Recalled
@@ -37,7 +37,7 @@ class LogReader:
     def __init__(self, bootstrap: str, topic: str, *, tansu: bool, timeout_s: float = 30.0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
-        self.fetch_wait_ms = FETCH_MAX_WAIT_MS if tansu else 100
+        self.fetch_wait_ms = fetch_max_wait_ms() if tansu else 100
         self.timeout_s = timeout_s
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()

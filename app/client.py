@@ -14,15 +14,19 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
-from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.compat.fetch_pacing import pace_fetches
+from app.compat.tansu import fetch_max_wait_ms
 from app.kafka import client_security
+from app.settings import get_settings
 
 
 class RequestPublisher:
     def __init__(self, bootstrap: str, topic: str = "llm.requests") -> None:
         self.topic = topic
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, linger_ms=2, **client_security()
+            bootstrap_servers=bootstrap,
+            linger_ms=get_settings().producer_linger_ms,
+            **client_security(),
         )
 
     async def start(self) -> RequestPublisher:
@@ -45,12 +49,12 @@ class TopicFollower:
         self, bootstrap: str, topics: Iterable[str], max_partition_fetch_bytes: int = 1 << 20
     ) -> None:
         self.topics = list(topics)
-        # A short long-poll: Tansu answers fetches only when the wait runs out.
+        # A short long-poll, longer once idle: Tansu holds a fetch (app/compat/).
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
             group_id=None,
-            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            fetch_max_wait_ms=fetch_max_wait_ms(),
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             fetch_max_bytes=max(52_428_800, max_partition_fetch_bytes),
             **client_security(),
@@ -58,6 +62,7 @@ class TopicFollower:
 
     async def start(self) -> TopicFollower:
         await self._consumer.start()
+        pace_fetches(self._consumer)
         try:
             partitions = []
             for topic in self.topics:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
 
-from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
+from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.contract.policy import PolicyDocument, PolicyProposed, PolicySource
 from app.events import derived_id
 from app.kafka import bootstrap_servers, client_security, ensure_topics
@@ -154,7 +154,7 @@ async def _read_from(settings: Settings, start: int) -> list[tuple[int, bytes]]:
         bootstrap_servers=bootstrap_hosts,
         enable_auto_commit=False,
         group_id=None,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        fetch_max_wait_ms=fetch_max_wait_ms(),
         **client_security(settings),
     )
     await consumer.start()

@@ -276,6 +276,21 @@ class Settings(BaseSettings):
     deadletter_max_bytes: int = Field(default=4096, ge=64)
     #: Turn on the Tansu workarounds (``app.compat.tansu``). The embedded stack sets it.
     tansu_compat: bool = False
+    #: Fetch long-poll of Switchyard's consumers, ms. Tansu looks for new records only at
+    #: a fetch's start, partway through its wait (most often halfway) and at its end, so
+    #: each broker hop waits up to this; a shorter wait means more empty fetches while
+    #: idle (worker and broker CPU). Apache Kafka answers as soon as a record arrives.
+    fetch_max_wait_ms: int = Field(default=10, ge=1, le=10_000)
+    #: ... and the wait of a long-lived consumer (the worker's on Tansu, a follower's, the
+    #: gateway's) once it has received no record for a second: fewer empty fetches while
+    #: idle; the first record after a quiet spell waits up to this on its first hop
+    #: (app/compat/fetch_pacing.py).
+    fetch_idle_wait_ms: int = Field(default=20, ge=1, le=10_000)
+    #: How long Switchyard's producers hold a record to batch it (aiokafka ``linger_ms``).
+    #: Records batch anyway while the previous request to the broker is in flight; a
+    #: linger delays every record of a quiet stream, and on Tansu can make it miss a
+    #: fetch's halfway look (see ``fetch_max_wait_ms``).
+    producer_linger_ms: int = Field(default=1, ge=0, le=1000)
     log_level: str = "warn"
     #: How often each worker publishes a RouteTick per route (seconds).
     tick_interval_s: float = Field(default=5.0, gt=0.0)

@@ -32,7 +32,7 @@ app = faust.App(
     key_serializer="raw",
     value_serializer="raw",
     web_enabled=False,
-    producer_linger_ms=1,
+    producer_linger_ms=get_settings().producer_linger_ms,
     processing_guarantee="at_least_once",
     **faust_security(get_settings()),
 )

@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from stack_helpers import publish
 
 from app.client import TopicFollower
-from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
+from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
@@ -109,7 +109,7 @@ async def read_raw(bootstrap: str, topic: str) -> list[bytes]:
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         group_id=None,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        fetch_max_wait_ms=fetch_max_wait_ms(),
     )
     await consumer.start()
     values: list[bytes] = []

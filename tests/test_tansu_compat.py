@@ -1,8 +1,11 @@
-"""The Tansu end-offset workaround, against the real embedded broker."""
+"""The Tansu workarounds (end offsets, held fetches), against the real embedded broker."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -63,6 +66,51 @@ async def test_worker_consumer_gets_a_short_fetch_wait_on_tansu() -> None:
     tansu.install()
     consumer = thread._create_worker_consumer(app.transport)
     try:
-        assert consumer._fetch_max_wait_ms == tansu.FETCH_MAX_WAIT_MS
+        assert consumer._fetch_max_wait_ms == tansu.fetch_max_wait_ms()
     finally:
         await consumer.stop()
+
+
+async def test_tansu_holds_a_fetch_after_a_record_lands(
+    broker: EmbeddedBroker,
+) -> None:
+    """Why ``Settings.fetch_max_wait_ms`` is short: a record produced into a held fetch
+    waits for the fetch's next look (halfway, or the end), not answered at once as Apache
+    Kafka does. Should Tansu change, this fails and the short wait can go."""
+    topic = f"compat-held-{uuid.uuid4().hex[:8]}"
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=400,
+    )
+    await producer.start()
+    await producer.send_and_wait(topic, b"first")  # the topic exists before the consumer
+    await consumer.start()
+    started: asyncio.Queue[float] = asyncio.Queue()
+    fetcher: Any = consumer._fetcher  # type: ignore[attr-defined]
+    original = fetcher._proc_fetch_request
+
+    async def timed(*args: Any) -> Any:
+        started.put_nowait(time.monotonic())
+        return await original(*args)
+
+    fetcher._proc_fetch_request = timed
+    try:
+        await asyncio.wait_for(consumer.getone(), 5)  # "first"
+        while not started.empty():
+            started.get_nowait()
+        fetch_began = await asyncio.wait_for(started.get(), 5)  # a fetch that finds nothing
+        await asyncio.sleep(0.05)
+        await producer.send_and_wait(topic, b"second")
+        landed = time.monotonic() - fetch_began
+        record = await asyncio.wait_for(consumer.getone(), 5)
+        waited = time.monotonic() - fetch_began
+    finally:
+        await consumer.stop()
+        await producer.stop()
+    assert record.value == b"second"
+    assert waited - landed > 0.1  # held: Apache Kafka answers within milliseconds
+    assert waited < 0.45  # ... at most until the fetch's wait (0.4 s) runs out

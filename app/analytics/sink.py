@@ -24,7 +24,7 @@ from app import kafka
 from app.analytics.rows import STREAMS
 from app.analytics.store import Applied, SourceRecord, Store
 from app.audit.log import topic_names
-from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
+from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Sink:
         self._assigned: set[TopicPartition] = set()
 
     def _consumer(self) -> AIOKafkaConsumer:
-        wait_ms = FETCH_MAX_WAIT_MS if self.settings.tansu_compat else 500
+        wait_ms = fetch_max_wait_ms() if self.settings.tansu_compat else 500
         return AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             enable_auto_commit=False,

@@ -35,7 +35,7 @@ from typing import Any, Generic, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
-from app.compat.tansu import FETCH_MAX_WAIT_MS, true_end_offsets
+from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.events import (
     Decision,
     Feedback,
@@ -229,7 +229,7 @@ async def read_broker(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         group_id=None,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        fetch_max_wait_ms=fetch_max_wait_ms(),
         max_partition_fetch_bytes=4 * 1024 * 1024,
         **client_security(),
     )

@@ -1,12 +1,12 @@
-"""Tell, at a worker's start, whether the broker holds every fetch for its whole wait.
+"""Tell, at a worker's start, whether the broker holds a fetch after records arrive.
 
-Tansu answers a fetch only when ``fetch_max_wait_ms`` runs out, even when records
-are waiting (see :mod:`app.compat.tansu`): with Faust's 1,500 ms every hop would
-cost seconds, silently. Rather than trust a setting someone may forget, a worker
-that was not told (``SWITCHYARD_TANSU_COMPAT`` unset) measures it: it writes one
-record to the probe topic and fetches it back with a long wait. A broker that
-answers as soon as data is there (Apache Kafka) takes milliseconds; one that
-holds the fetch takes the whole wait.
+Tansu holds a fetch that finds no record and looks again only partway through its
+``fetch_max_wait_ms`` (see :mod:`app.compat.tansu`): with Faust's 1,500 ms every
+hop would cost hundreds of milliseconds, silently. Rather than trust a setting
+someone may forget, a worker that was not told (``SWITCHYARD_TANSU_COMPAT``
+unset) measures it: it writes one record to the probe topic and fetches it back
+with a long wait. A broker that answers as soon as data is there (Apache Kafka)
+takes milliseconds; one that holds the fetch takes much of the wait.
 """
 
 from __future__ import annotations

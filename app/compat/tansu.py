@@ -11,10 +11,16 @@ the offset after its last record. On a broker that answers correctly the probe
 returns the same numbers, so it is safe anywhere; it is only switched on for
 Tansu (``SWITCHYARD_TANSU_COMPAT``) because it costs one fetch per partition.
 
-Tansu also answers a fetch only when ``fetch_max_wait_ms`` runs out, even when
-records are waiting, so every hop between agents costs about half of Faust's
-hard-coded 1,500 ms (measured: p50 393 ms per hop; 4.8 ms at a 10 ms wait).
-:func:`install` gives the worker's consumer a short wait instead.
+Tansu also holds a fetch that finds no record, looking for records again only
+partway through its ``fetch_max_wait_ms`` (most often halfway) and at its end
+(measured with aiokafka, a 400 ms wait: a record landing 22-152 ms into a held fetch
+was answered at 203 ms, one landing at 12 or 213-303 ms at 403 ms; Apache Kafka
+answers as soon as a record lands). Every hop between agents
+therefore cost about a quarter of Faust's hard-coded 1,500 ms (p50 393 ms per
+hop). :func:`install` gives the worker's consumer the short wait every other
+consumer of Switchyard uses too, ``Settings.fetch_max_wait_ms``
+(:func:`fetch_max_wait_ms`), lengthened while it is idle
+(:mod:`app.compat.fetch_pacing`).
 
 The other Tansu quirks are handled by design, not code: no transactions, so
 processing is at-least-once with idempotent state updates; no static
@@ -29,12 +35,17 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from app.compat.fetch_pacing import paced_on_start
 from app.kafka import client_security
+from app.settings import get_settings
 
 TP = TypeVar("TP", bound=tuple[str, int])
 
-#: Fetch long-poll for consumers on Tansu (see the module docstring).
-FETCH_MAX_WAIT_MS = 10
+
+def fetch_max_wait_ms() -> int:
+    """The fetch long-poll of Switchyard's consumers (``SWITCHYARD_FETCH_MAX_WAIT_MS``)."""
+    return get_settings().fetch_max_wait_ms
+
 
 _installed = False
 
@@ -100,8 +111,8 @@ def install() -> None:
 
     def _create_worker_consumer(self: Any, transport: Any) -> AIOKafkaConsumer:
         consumer: AIOKafkaConsumer = create_consumer(self, transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read by the fetcher at start()
-        return consumer
+        consumer._fetch_max_wait_ms = fetch_max_wait_ms()  # read by the fetcher at start()
+        return paced_on_start(consumer)
 
     thread_class._create_worker_consumer = _create_worker_consumer
     _installed = True

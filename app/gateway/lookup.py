@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
-from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.compat.tansu import fetch_max_wait_ms
 from app.events import Response
 from app.kafka import client_security
 
@@ -43,7 +43,7 @@ class ResponseLookup:
                 bootstrap_servers=self.bootstrap,
                 enable_auto_commit=False,
                 group_id=None,
-                fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                fetch_max_wait_ms=fetch_max_wait_ms(),
                 **client_security(),
             )
             await consumer.start()

@@ -74,7 +74,7 @@ class Gateway:
         )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
-            linger_ms=1,
+            linger_ms=settings.producer_linger_ms,
             max_request_size=settings.producer_max_request_size,
             **client_security(settings),
         )

@@ -21,7 +21,8 @@ from collections import OrderedDict
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
-from app.compat.tansu import FETCH_MAX_WAIT_MS
+from app.compat.fetch_pacing import pace_fetches
+from app.compat.tansu import fetch_max_wait_ms
 from app.config import ConfigError
 from app.events import Response, StreamDelta
 from app.kafka import client_security
@@ -44,7 +45,7 @@ class ReplyWaiter:
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
             group_id=None,
-            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            fetch_max_wait_ms=fetch_max_wait_ms(),
             **client_security(),
         )
         self._pending: dict[str, asyncio.Future[Response]] = {}
@@ -54,6 +55,7 @@ class ReplyWaiter:
 
     async def start(self) -> ReplyWaiter:
         await self._consumer.start()
+        pace_fetches(self._consumer)
         await self._consumer._client.force_metadata_update()
         for topic in (self.topic, self.deltas_topic):
             existing = self._consumer.partitions_for_topic(topic) or set()
