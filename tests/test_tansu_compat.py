@@ -56,7 +56,8 @@ async def test_probe_leaves_empty_partitions_alone(broker: EmbeddedBroker) -> No
 
 
 async def test_worker_consumer_gets_a_short_fetch_wait_on_tansu() -> None:
-    """Without it every hop between agents waits ~0.4 s (Tansu answers fetches at the deadline)."""
+    """Without it every hop between agents waits ~0.4 s (Tansu holds fetches): the short
+    wait, paced once idle (app/compat/fetch_pacing.py) when the consumer starts."""
     import faust
 
     from app.compat import tansu
@@ -67,6 +68,7 @@ async def test_worker_consumer_gets_a_short_fetch_wait_on_tansu() -> None:
     consumer = thread._create_worker_consumer(app.transport)
     try:
         assert consumer._fetch_max_wait_ms == tansu.fetch_max_wait_ms()
+        assert consumer.start.__qualname__.endswith("start_paced")
     finally:
         await consumer.stop()
 
