@@ -33,6 +33,7 @@ from app.events import (
 from app.routing.driver import Driver
 from app.routing.fold import Step, at
 from app.routing.policy import Policy
+from app.routing.rows import to_row
 from app.routing.state import ArmState, Breaker, BreakerPhase, RouteState
 from app.settings import RoutingParams, Strategy
 
@@ -287,3 +288,21 @@ def fold(
         result.state = step.state
         position += 1
     return result
+
+
+# --------------------------------------------------------------------------- three-arm route
+
+
+A, B, C = dep("a"), dep("b"), dep("c")
+
+
+def abc(**param_overrides: Any) -> Policy:
+    """A route over deployments a, b and c (a with a 12 s timeout)."""
+    return policy(provider("a", timeout_ms=12_000), provider("b"), provider("c"), **param_overrides)
+
+
+def without_position(state: RouteState) -> dict[str, Any]:
+    """A route's row without its log position (two folds that differ only there)."""
+    dumped = to_row(state)
+    dumped.pop("position")
+    return dumped
