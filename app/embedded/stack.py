@@ -23,7 +23,7 @@ from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
-from app.settings import Settings, Topics
+from app.settings import TRANSPORT_TUNING_ENV, Settings, Topics
 
 if TYPE_CHECKING:
     from app.embedded.local_model import LocalModelServer
@@ -129,7 +129,11 @@ class EmbeddedStack:
         return self.workdir / "providers.yaml"
 
     def worker_env(self, index: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("SWITCHYARD_") or k in TRANSPORT_TUNING_ENV
+        }
         env.update(
             SWITCHYARD_BROKER=self.broker.url,
             SWITCHYARD_PROVIDERS=str(self.providers_file),
