@@ -378,4 +378,3 @@ def test_cli_reports_bad_input_in_one_line(
     assert main(["replay", "--from-export", str(tmp_path), "--set", "NOPE=1"]) == 2
     assert main(["replay", "--from-export", str(tmp_path), "--set", "BANDIT_COST_WEIGHT=x"]) == 2
     assert "BANDIT_COST_WEIGHT" in capsys.readouterr().err
-

@@ -11,6 +11,8 @@ from app.events import AttemptFinished
 from app.routing.answers import success_response
 
 CHEAP = dep("cerebras-x")
+
+
 def test_an_attempt_executed_twice_answers_twice_and_replays_exactly() -> None:
     """A rebalance handed a dispatch over while its first call was done: two reports, two
     answers published by the executors (same response id); the fold applies the first

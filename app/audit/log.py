@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
+from app.audit.gc_pause import no_cycle_collection
 from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.events import (
     Decision,
@@ -175,7 +176,7 @@ def read_export(
         if name not in streams or not path.is_file():
             continue
         entries = log.stream(name)
-        with path.open(encoding="utf-8") as lines:
+        with path.open(encoding="utf-8") as lines, no_cycle_collection():
             for number, line in enumerate(lines):
                 line = line.rstrip("\n")
                 if not line or not wanted(name, line, only_request, keep):
@@ -249,6 +250,7 @@ async def read_broker(
         for tp in pending:
             consumer.seek(tp, starts[tp])
         deadline = asyncio.get_running_loop().time() + timeout_s
+        filters = (only_request, keep)
         while pending:
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(
@@ -258,12 +260,8 @@ async def read_broker(
             batches = await consumer.getmany(*pending, timeout_ms=500)
             for tp, records in batches.items():
                 stream = stream_of[tp.topic]
-                for record in records:
-                    if record.offset >= ends[tp]:
-                        break
-                    raw = (record.value or b"").decode("utf-8", errors="replace")
-                    if wanted(stream, raw, only_request, keep):
-                        log.stream(stream).append(parse(stream, tp.partition, record.offset, raw))
+                with no_cycle_collection():  # nothing awaited: see app/audit/gc_pause.py
+                    _take(log.stream(stream), stream, tp.partition, records, ends[tp], filters)
                 if records and records[-1].offset + 1 >= ends[tp]:
                     pending.discard(tp)
             for tp in list(pending):
@@ -272,6 +270,23 @@ async def read_broker(
     finally:
         await consumer.stop()
     return log.sort()
+
+
+def _take(
+    entries: list[Entry[Any]],
+    stream: str,
+    partition: int,
+    records: list[Any],
+    end: int,
+    filters: tuple[str | None, Keep | None],
+) -> None:
+    """Parse a fetched batch of one partition into ``entries``, up to ``end``."""
+    for record in records:
+        if record.offset >= end:
+            return
+        raw = (record.value or b"").decode("utf-8", errors="replace")
+        if wanted(stream, raw, *filters):
+            entries.append(parse(stream, partition, record.offset, raw))
 
 
 async def _partitions(

@@ -22,13 +22,12 @@ feedback and the answer it was derived from (:mod:`app.audit.grades`).
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from app.audit.gc_pause import no_cycle_collection
 from app.audit.grades import check_grades
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
 from app.audit.replay_report import Mismatch, MismatchKind, ReplayReport, diff, render
@@ -61,35 +60,9 @@ class Rederived:
     origin: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """The cycle collector paused while folding.
-
-    The fold makes no reference cycles (tests/test_replay.py checks it), so collecting
-    finds nothing: it only walks the log's objects again and again as the fold
-    allocates, about a third of the fold's time on a 20,000-request log (reference
-    counting still frees everything as usual).
-
-    What the fold made and kept (decisions, responses, states) then goes straight to
-    the oldest generation (``freeze`` + ``unfreeze``): left young, the first allocation
-    after ``enable`` would walk all of it once more to find nothing, a tenth of the
-    fold's time. Skipped when something else keeps objects frozen (``unfreeze`` would
-    let them go)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
-
-
 def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
     """Fold routing-log entries (sorted by partition, offset) with the live ``handle``."""
-    with _no_cycle_collection():
+    with no_cycle_collection():
         return _rederive(entries, policy)
 
 
@@ -154,7 +127,7 @@ def _executor_copy(result: Rederived, event: RoutingEvent, where: tuple[int, int
 def replay(log: RecordedLog, policy: Policy, *, allow_pending: bool = False) -> ReplayReport:
     """Re-derive and compare. ``allow_pending``: outputs of the log's last events that
     are not recorded yet (a live router still at work) do not fail the replay."""
-    with _no_cycle_collection():
+    with no_cycle_collection():
         return _replay(log, policy, allow_pending)
 
 
