@@ -384,16 +384,6 @@ def describe_error(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-#: The broker transport's tuning (fetch waits, linger): the processes an embedded stack
-#: starts take these from the calling environment, other ``SWITCHYARD_*`` variables
-#: they do not (app/embedded/stack.py), so a bench can compare them across processes.
-TRANSPORT_TUNING_ENV = (
-    "SWITCHYARD_FETCH_MAX_WAIT_MS",
-    "SWITCHYARD_FETCH_IDLE_WAIT_MS",
-    "SWITCHYARD_PRODUCER_LINGER_MS",
-)
-
-
 #: The setting models, whose validation errors ``describe_error`` explains.
 SETTINGS_MODELS = frozenset({"Settings", "Topics", "RoutingParams", "KafkaSecurity"})
 

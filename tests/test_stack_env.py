@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.embedded.stack import EmbeddedStack
-from app.settings import TRANSPORT_TUNING_ENV, Settings
+from app.embedded.stack import TRANSPORT_TUNING_ENV, EmbeddedStack
+from app.settings import Settings
 
 
 @pytest.fixture

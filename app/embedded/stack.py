@@ -23,10 +23,20 @@ from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
-from app.settings import TRANSPORT_TUNING_ENV, Settings, Topics
+from app.settings import Settings, Topics
 
 if TYPE_CHECKING:
     from app.embedded.local_model import LocalModelServer
+
+
+#: The broker transport's tuning (fetch waits, linger; fields of ``Settings``): the
+#: processes the stack starts take these from the calling environment, other
+#: ``SWITCHYARD_*`` variables they do not, so a bench can compare them in every process.
+TRANSPORT_TUNING_ENV = (
+    "SWITCHYARD_FETCH_MAX_WAIT_MS",
+    "SWITCHYARD_FETCH_IDLE_WAIT_MS",
+    "SWITCHYARD_PRODUCER_LINGER_MS",
+)
 
 
 def namespaced_topics(namespace: str) -> Topics:
