@@ -1,8 +1,8 @@
 """The cycle collector paused while reading or folding a recorded log.
 
-Reading a log and folding it make no reference cycles (tests/test_gc_pause.py and
-tests/test_replay.py check it), so collecting finds nothing: it only walks the
-log's objects again and again as they pile up. On a 10,000-request export that is
+Reading a log and folding it make no reference cycles (tests/test_gc_pause.py checks
+both), so collecting finds nothing: it only walks the log's objects again and again
+as they pile up. On a 10,000-request export that is
 three quarters of the read's time and a third of the fold's. Reference counting
 still frees everything as usual.
 
