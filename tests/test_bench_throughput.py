@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -179,3 +180,33 @@ def test_render_without_results_does_not_fail() -> None:
     text = render(report)
     assert "light (aiohttp)" in text
     assert "| errors + timeouts | – | – | – | | |" in text
+
+
+def test_the_decisions_cpu_time_is_reported_beside_their_wall_time() -> None:
+    def lat(p50: float, p99: float) -> dict[str, float]:
+        return {"n": 100, "p50": p50, "p95": p99, "p99": p99, "mean": p50, "max": p99}
+
+    strategies = ("ucb1", "thompson", "composite", "adaptive")
+    decisions: dict[str, Any] = {
+        s: {"latency_us": lat(50.0 + i, 120.0 + i), "cpu_us": lat(48.0 + i, 70.0 + i)}
+        for i, s in enumerate(strategies)
+    }
+    decisions["router_event_ucb1"] = {}
+    report = {
+        "config": {
+            "mocks": [],
+            "latency_ms": 20,
+            "rate": 100.0,
+            "low_rate": 20.0,
+            "concurrency": 64,
+            "deployments": 4,
+            "cpus": 2,
+        },
+        "load_start": "0 0 0",
+        "decisions": decisions,
+    }
+    text = render(report)
+    assert "| `handle` ucb1 | 100 | 50 | 120 | 50 | missed (≤ 100) |" in text
+    assert "thread CPU time p50 / p99 (µs): ucb1 48 / 70, thompson 49 / 71," in text
+    del decisions["thompson"]["cpu_us"]  # a report from before the CPU column
+    assert "thread CPU time" not in render(report)
