@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 import faust
@@ -107,10 +109,12 @@ class Publisher:
     record_cost``). ``send`` returns the record's delivery future, as ``Topic.send`` does.
     """
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "on_delivered")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: Told ``(partition, offset, value)`` of each record the broker acknowledged.
+        self.on_delivered: Callable[[int, int, bytes], None] | None = None
 
     def get_topic_name(self) -> str:
         return self.name
@@ -124,8 +128,21 @@ class Publisher:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]:
         data = value.encode() if isinstance(value, str) else value
-        sent = await app.producer.send(self.name, key, data, partition, None, headers)
-        return cast("asyncio.Future[Any]", sent)
+        sent = cast(
+            "asyncio.Future[Any]",
+            await app.producer.send(self.name, key, data, partition, None, headers),
+        )
+        if self.on_delivered is not None:
+            sent.add_done_callback(partial(_report_delivery, self.on_delivered, data))
+        return sent
+
+
+def _report_delivery(
+    report: Callable[[int, int, bytes], None], value: bytes, sent: asyncio.Future[Any]
+) -> None:
+    if not sent.cancelled() and sent.exception() is None:
+        metadata = sent.result()
+        report(metadata.partition, metadata.offset, value)
 
 
 #: Topics agents read (Faust topics), then the worker's writers (one per topic it writes).

@@ -22,7 +22,8 @@ writes the row of the newest state whose sends (and all before them) are
 acknowledged. An event is acked (so its offset can be committed) only once a
 row that includes it is written. A kill loses only unacked events; they are
 redelivered and re-folded from the row, and send the same derived-id records
-again (consumers drop duplicates by id).
+again (consumers drop duplicates by id). Records this worker wrote are folded once
+the broker acknowledged them, in log order (:mod:`agents.local_log`).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from faust import StreamT
-from faust.types import EventT
+from faust.types import TP, EventT
 from pydantic import TypeAdapter, ValidationError
 
-from agents import handoff, policy, replies
+from agents import handoff, policy, replies, route_gauges
 from agents.acks import InOrderAcks
 from agents.app import (
     app,
@@ -53,15 +54,15 @@ from agents.app import (
 )
 from agents.ingest import log_time, position_of
 from agents.judge import read_judgement
+from agents.local_log import LocalLog
 from agents.recall import LogReader
 from app import metrics
 from app.events import AttemptFinished, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
-from app.routing.budget import windows as budget_windows
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
-from app.routing.state import BREAKER_GAUGE, RouteState
+from app.routing.state import RouteState
 from app.runtime import policy_holder
 from tables.routing import load_route_state, save_route_state
 
@@ -77,6 +78,7 @@ class SendFailed(RuntimeError):
 class _Folded:
     """An event folded and sent, whose row is not written yet."""
 
+    #: The broker's event to ack once the row is written (None: folded from the local log).
     event: Any
     state: RouteState
     sends: list[asyncio.Future[Any]]
@@ -125,6 +127,28 @@ class Pipeline:
         row write goes to its partition, so only rows of routes on that partition are
         written.
         """
+        route_name = await self._fold(parsed, event, offset, partition, raw)
+        return self._write_if_due(partition, len(self.unwritten[route_name]), more)
+
+    async def fold_local(
+        self, parsed: RoutingLogEvent, offset: int, partition: int, raw: bytes
+    ) -> str:
+        """Fold a record of the local log (:mod:`agents.local_log`); return its route. No row
+        is written here: that needs a stream context, and the broker's copy will bring one."""
+        return await self._fold(parsed, None, offset, partition, raw)
+
+    def delivered_copy(self, event: Any, route_name: str, partition: int, more: bool) -> list[Any]:
+        """The broker's copy of a record folded from the local log: acked with the row that
+        includes it, at once when that row is written already."""
+        queue = self.unwritten.get(route_name)
+        if not queue:
+            return [event, *self._write_if_due(partition, 0, more)]
+        queue.append(_Folded(event, queue[-1].state, []))
+        return self._write_if_due(partition, len(queue), more)
+
+    async def _fold(
+        self, parsed: RoutingLogEvent, event: Any, offset: int, partition: int, raw: bytes | None
+    ) -> str:
         route_name = route_of(parsed)
         started = time.perf_counter()
         self.driver.states[route_name] = self.state(route_name)
@@ -144,14 +168,16 @@ class Pipeline:
         sends = await _publish(step, _answered(parsed))
         self.latest[route_name] = step.state
         self.partition_of[route_name] = partition
-        unwritten = self.unwritten.setdefault(route_name, deque())
-        unwritten.append(_Folded(event, step.state, sends))
+        self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
-        _export_breakers(step)
-        _export_budget(route_name, step.state)
-        metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
-        metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
-        if len(unwritten) < settings.router_batch_max and (more or self._wrote_lately(partition)):
+        route_gauges.export(route_name, step)
+        return route_name
+
+    def _write_if_due(self, partition: int, pending: int, more: bool) -> list[Any]:
+        """Write the acknowledged rows of the partition's routes, unless the batch goes on
+        (``more``, or rows written lately) and the route has fewer than the batch's maximum
+        events pending; return the events now safe to ack."""
+        if pending < settings.router_batch_max and (more or self._wrote_lately(partition)):
             return []
         self.written_at[partition] = time.monotonic()
         safe: list[Any] = []
@@ -181,7 +207,7 @@ class Pipeline:
             self.latest.pop(route_name, None)  # the row is the newest state again
             self.unwritten.pop(route_name, None)
             self.partition_of.pop(route_name, None)
-        return [folded.event for folded in done]
+        return [folded.event for folded in done if folded.event is not None]
 
     def forget(self) -> None:
         """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
@@ -218,6 +244,35 @@ class Pipeline:
 _pipeline = Pipeline()
 #: The route agent's acks, in offset order per partition (agents/acks.py).
 _acks: InOrderAcks | None = None
+#: Records this worker wrote, folded before the broker delivers them (agents/local_log.py).
+_local = LocalLog()
+#: One fold at a time, whichever way its record came.
+_folding = asyncio.Lock()
+
+
+async def _fold_local(partition: int) -> None:
+    """Fold the partition's next records while this worker holds them."""
+    async with _folding:
+        while (found := _local.next_record(partition)) is not None:
+            offset, value = found
+            try:
+                parsed = _routing_event.validate_json(value)
+                route_name = await _pipeline.fold_local(parsed, offset, partition, value)
+            except Exception:  # the broker's copy is folded (or dead-lettered) instead
+                log.exception("router: local fold failed at %s:%d", partition, offset)
+                _local.give_up(partition)
+                return
+            _local.folded(partition, offset, route_name)
+            metrics.ROUTER_LOCAL_FOLDS.inc()
+
+
+def _owns(partition: int) -> bool:
+    return TP(routing_topic.get_topic_name(), partition) in app.consumer.assignment()
+
+
+if settings.router_local_fold:
+    _local.fold, _local.owns = _fold_local, _owns
+    routing_log.on_delivered = _local.offer
 
 
 def newest_states() -> dict[str, RouteState]:
@@ -229,6 +284,7 @@ def newest_states() -> dict[str, RouteState]:
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
     _pipeline.forget()
+    _local.forget()
     if _acks is not None:
         _acks.forget()
 
@@ -247,26 +303,36 @@ async def route(stream: StreamT[bytes]) -> None:
     metrics.ACKS_HELD.labels(agent="router").set_function(acks.held)
     async for event in manual.events():
         acks.received(event)
-        try:
-            parsed = _routing_event.validate_json(event.value)
-        except ValidationError as exc:
-            await _dead_letter(event, f"unreadable routing-log event: {exc.error_count()} error(s)")
-            await acks.done(event)
-            continue
-        try:
-            message = event.message
-            more = not manual.channel.queue.empty()  # rows wait for the batch's last event
-            safe = await _pipeline.fold(
-                parsed, event, message.offset, message.partition, event.value, more
-            )
-        except SendFailed:
-            raise  # unacked events are redelivered after the restart
-        except Exception as exc:  # a bug must not stop the route: record it and go on
-            log.exception("router failed on %s", position_of(event))
-            await _dead_letter(event, f"router error: {type(exc).__name__}")
-            safe = [event]
+        message = event.message
+        more = not manual.channel.queue.empty()  # rows wait for the batch's last event
+        async with _folding:
+            folded_for = _local.delivered(message.partition, message.offset)
+            if folded_for is not None:
+                safe = _pipeline.delivered_copy(event, folded_for, message.partition, more)
+            else:
+                safe = await _fold_delivered(event, more)
         for done in safe:
             await acks.done(done)
+
+
+async def _fold_delivered(event: EventT[bytes], more: bool) -> list[Any]:
+    """Fold a record the broker delivered; return the events now safe to ack."""
+    try:
+        parsed = _routing_event.validate_json(event.value)
+    except ValidationError as exc:
+        await _dead_letter(event, f"unreadable routing-log event: {exc.error_count()} error(s)")
+        return [event]
+    message = event.message
+    try:
+        return await _pipeline.fold(
+            parsed, event, message.offset, message.partition, event.value, more
+        )
+    except SendFailed:
+        raise  # unacked events are redelivered after the restart
+    except Exception as exc:  # a bug must not stop the route: record it and go on
+        log.exception("router failed on %s", position_of(event))
+        await _dead_letter(event, f"router error: {type(exc).__name__}")
+        return [event]
 
 
 async def _dead_letter(event: EventT[bytes], detail: str) -> None:
@@ -320,33 +386,6 @@ def _answered(parsed: RoutingLogEvent) -> str | None:
     if isinstance(parsed, AttemptFinished) and parsed.answered:
         return parsed.outcome.request_id
     return None
-
-
-def _export_budget(key: str, state: RouteState) -> None:
-    ledger = state.ledger
-    if ledger is None:
-        return
-    scope = key.removeprefix("budget:")
-    budget = policy_holder().current.config.budget_by_key.get(scope)
-    metrics.BUDGET_HELD_USD.labels(scope=scope).set(ledger.held)
-    for window, spent, _, remaining in budget_windows(ledger, budget):
-        metrics.BUDGET_SPENT_USD.labels(scope=scope, window=window).set(spent)
-        if remaining is not None:
-            metrics.BUDGET_REMAINING_USD.labels(scope=scope, window=window).set(remaining)
-
-
-#: The breaker gauge's value last set per provider: set again only when it changes, not
-#: for every arm on every event.
-_breaker_exported: dict[str, int] = {}
-
-
-def _export_breakers(step: Step) -> None:
-    for deployment, arm in step.state.arms.items():
-        provider = deployment.split(":", 1)[0]
-        value = BREAKER_GAUGE[arm.breaker.state]
-        if _breaker_exported.get(provider) != value:
-            _breaker_exported[provider] = value
-            metrics.CIRCUIT_BREAKER_STATE.labels(provider=provider).set(value)
 
 
 @app.timer(interval=settings.tick_interval_s)  # type: ignore[untyped-decorator]

@@ -52,6 +52,11 @@ ACKS_HELD = Gauge(
     "that only grows means a partition's commits are stuck.",
     ["agent"],
 )
+ROUTER_LOCAL_FOLDS = Counter(
+    "switchyard_router_local_folds_total",
+    "Routing-log records the router folded as soon as the broker acknowledged them, "
+    "written by this worker, before the broker delivered them back.",
+)
 ROUTER_RECALLS = Counter(
     "switchyard_router_recalls_total",
     "Waiting requests (line) and parked attempts (parked) the router read back from the "

@@ -257,6 +257,9 @@ class Settings(BaseSettings):
     #: ... and at most this often per partition: a route's row is a few kilobytes plus
     #: ~110 bytes per attempt in flight (112 KB with 1,000), too much to write per event.
     router_flush_interval_s: float = Field(default=0.1, ge=0.0)
+    #: The router folds a routing-log record this worker wrote as soon as the broker
+    #: acknowledged it, when it is the next record of its partition (agents/local_log.py).
+    router_local_fold: bool = True
     #: Spilled dispatches (``switchyard.spill``: the deciding worker had no room) one
     #: worker calls at once.
     spill_concurrency: int = Field(default=128, ge=1)

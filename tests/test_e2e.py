@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import time
 import uuid
@@ -67,6 +68,10 @@ async def test_requests_flow_to_responses_and_bad_input_to_deadletter(
     metrics = httpx.get(f"http://127.0.0.1:{stack.workers[0].env['SWITCHYARD_WEB_PORT']}/metrics")
     assert "ai_bandit_choice_total" in metrics.text
     assert "ai_circuit_breaker_state" in metrics.text
+    # One worker owns every routing partition: it folds the records it wrote (requests,
+    # finished attempts) once the broker acknowledged them (agents/local_log.py).
+    local_folds = re.search(r"^switchyard_router_local_folds_total (\S+)$", metrics.text, re.M)
+    assert local_folds is not None and float(local_folds.group(1)) >= len(ids)
 
 
 async def test_table_recovers_from_changelog_after_local_state_is_deleted(

@@ -29,13 +29,15 @@ if TYPE_CHECKING:
     from app.embedded.local_model import LocalModelServer
 
 
-#: The broker transport's tuning (fetch waits, linger; fields of ``Settings``): the
-#: processes the stack starts take these from the calling environment, other
-#: ``SWITCHYARD_*`` variables they do not, so a bench can compare them in every process.
+#: The broker transport's tuning (fetch waits, linger, the router's local fold; fields
+#: of ``Settings``): the processes the stack starts take these from the calling
+#: environment, other ``SWITCHYARD_*`` variables they do not, so a bench can compare
+#: them in every process.
 TRANSPORT_TUNING_ENV = (
     "SWITCHYARD_FETCH_MAX_WAIT_MS",
     "SWITCHYARD_FETCH_IDLE_WAIT_MS",
     "SWITCHYARD_PRODUCER_LINGER_MS",
+    "SWITCHYARD_ROUTER_LOCAL_FOLD",
 )
 
 

@@ -1,0 +1,48 @@
+"""The router's gauges, set from each step it folds: breakers, waiting requests, budgets.
+
+Set only when a value changes where that is cheap to know (breakers), since every
+event of every route goes through here.
+"""
+
+from __future__ import annotations
+
+from app import metrics
+from app.routing.budget import windows as budget_windows
+from app.routing.fold import Step
+from app.routing.state import BREAKER_GAUGE, RouteState
+from app.runtime import policy_holder
+
+
+def export(route_name: str, step: Step) -> None:
+    """The gauges of ``route_name`` after ``step``."""
+    _export_breakers(step)
+    _export_budget(route_name, step.state)
+    metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
+    metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
+
+
+def _export_budget(key: str, state: RouteState) -> None:
+    ledger = state.ledger
+    if ledger is None:
+        return
+    scope = key.removeprefix("budget:")
+    budget = policy_holder().current.config.budget_by_key.get(scope)
+    metrics.BUDGET_HELD_USD.labels(scope=scope).set(ledger.held)
+    for window, spent, _, remaining in budget_windows(ledger, budget):
+        metrics.BUDGET_SPENT_USD.labels(scope=scope, window=window).set(spent)
+        if remaining is not None:
+            metrics.BUDGET_REMAINING_USD.labels(scope=scope, window=window).set(remaining)
+
+
+#: The breaker gauge's value last set per provider: set again only when it changes, not
+#: for every arm on every event.
+_breaker_exported: dict[str, int] = {}
+
+
+def _export_breakers(step: Step) -> None:
+    for deployment, arm in step.state.arms.items():
+        provider = deployment.split(":", 1)[0]
+        value = BREAKER_GAUGE[arm.breaker.state]
+        if _breaker_exported.get(provider) != value:
+            _breaker_exported[provider] = value
+            metrics.CIRCUIT_BREAKER_STATE.labels(provider=provider).set(value)
