@@ -9,11 +9,13 @@ partitions up) then froze every rebalance and every stop (bench scaleout).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
 import pytest
 from stack_helpers import chat, publish, warm_up
+from test_audit_e2e import switchyard
 
 from app.client import all_answered, read_topics
 from app.embedded.broker import EmbeddedBroker
@@ -45,5 +47,11 @@ async def test_a_worker_joining_and_one_leaving_under_traffic_loses_nothing(
         answered = {r["request_id"] for r in seen[topic]}
         assert not set(ids) - answered, sorted(set(ids) - answered)[:5]
         assert stop_s < 10.0, f"SIGTERM took {stop_s:.1f}s"
+        # Both workers folded records they wrote before the broker delivered them
+        # (agents/local_log.py), across the rebalance: the log still replays exactly.
+        code, out = await switchyard(stack, "replay", "--json")
+        report = json.loads(out)
+        assert code == 0 and report["mismatched"] == 0, report
+        assert report["reproduced"] == report["decisions"] >= REQUESTS
     finally:
         await stack.stop()
