@@ -197,3 +197,34 @@ async def test_nothing_is_folded_from_here_for_a_partition_no_longer_assigned() 
     log.offer(3, 10, b"r10")
     await settle()
     assert [offset for _, offset, _ in folds.seen] == [10]
+
+
+async def test_records_the_broker_delivered_are_dropped_from_the_oldest() -> None:
+    log = LocalLog()
+    log.delivered(0, 0)
+    for offset in range(2, 6):  # 1 is another worker's: a gap
+        log.offer(0, offset, b"r")
+    assert list(log.waiting[0]) == [2, 3, 4, 5]
+    log.delivered(0, 1)
+    log.delivered(0, 2)
+    log.delivered(0, 3)
+    assert list(log.waiting[0]) == [4, 5]
+
+
+async def test_the_fold_runs_at_most_max_ahead_of_the_brokers_copies() -> None:
+    """Rows are written only when the broker's copies come (a stream context): folding
+    further ahead would keep every folded state in memory (a 10,000 burst: 172 MB)."""
+    log = LocalLog(max_ahead=2)
+    folds = Folds(log)
+    log.delivered(0, 0)
+    for offset in range(1, 6):
+        log.offer(0, offset, b"r")
+    await settle()
+    assert [offset for _, offset, _ in folds.seen] == [1, 2]
+    assert log.delivered(0, 1) == "chat"  # a copy: room for one more
+    await settle()
+    assert [offset for _, offset, _ in folds.seen] == [1, 2, 3]
+    log.delivered(0, 2)
+    log.delivered(0, 3)
+    await settle()
+    assert [offset for _, offset, _ in folds.seen] == [1, 2, 3, 4, 5]
