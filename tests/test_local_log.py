@@ -19,6 +19,7 @@ from test_router_crash import FakeBroker, wired
 
 import agents.router as router
 from agents.local_log import LocalLog
+from app.events import RoutingLogEvent
 from app.routing.state import RouteState
 
 __all__ = ["wired"]  # the fixture, shared with tests/test_router_crash.py
@@ -44,6 +45,19 @@ class Folds:
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def first_request_folded(broker: FakeBroker, request_id: str) -> router.Pipeline:
+    """A router whose route's row includes one request, decided and acknowledged (offset 0)."""
+    broker.acknowledge = True
+    worker = router.Pipeline()
+    assert await worker.fold(accepted(request_id, T0, offset=0), "ev0", 0) == ["ev0"]
+    return worker
+
+
+async def fold_locally(worker: router.Pipeline, event: RoutingLogEvent, offset: int) -> str:
+    """``event``, written by this worker at ``offset`` of partition 0, folded from here."""
+    return await worker.fold_local(event, offset, 0, event.model_dump_json().encode())
 
 
 async def test_a_partition_is_unknown_until_the_broker_delivers_from_it() -> None:
@@ -121,12 +135,8 @@ async def test_a_local_fold_decides_before_the_broker_delivers_and_acks_with_the
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    broker.acknowledge = True
-    worker = router.Pipeline()
-    assert await worker.fold(accepted("first", T0, offset=0), "ev0", 0) == ["ev0"]
-    request = accepted("local", T0, offset=1)
-    route_name = await worker.fold_local(request, 1, 0, request.model_dump_json().encode())
-    assert route_name == "chat"
+    worker = await first_request_folded(broker, "first")
+    assert await fold_locally(worker, accepted("local", T0, offset=1), 1) == "chat"
     # Decided and called at once; nothing written or acked before the broker's copy comes.
     assert [d.decision.request_id for d in broker.launched] == ["first", "local"]
     assert table["chat"].position == 0
@@ -140,13 +150,11 @@ async def test_a_kill_after_a_local_fold_loses_nothing(
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    broker.acknowledge = True
-    worker = router.Pipeline()
-    assert await worker.fold(accepted("a", T0, offset=0), "ev0", 0) == ["ev0"]
+    worker = await first_request_folded(broker, "a")
     (dispatch,) = broker.launched
     done = finish("a", dispatch.decision.deployment, T0 + 1)
     broker.acknowledge = False
-    await worker.fold_local(done, 1, 0, done.model_dump_json().encode())
+    await fold_locally(worker, done, 1)
     assert worker.delivered_copy("ev1", "chat", 0, more=False) == []  # its send is pending
     assert table["chat"].position == 0
     broker.kill()
@@ -163,17 +171,13 @@ async def test_the_copy_of_a_record_whose_row_is_written_is_acked_at_once(
     wired: tuple[FakeBroker, dict[str, RouteState]], copies_first: bool
 ) -> None:
     broker, table = wired
-    broker.acknowledge = True
-    worker = router.Pipeline()
-    await worker.fold(accepted("x", T0, offset=0), "ev0", 0)
-    request = accepted("y", T0, offset=1)
-    await worker.fold_local(request, 1, 0, request.model_dump_json().encode())
+    worker = await first_request_folded(broker, "x")
+    await fold_locally(worker, accepted("y", T0, offset=1), 1)
     acked: list[Any] = []
     if copies_first:
         acked += worker.delivered_copy("ev1", "chat", 0, more=False)
     else:  # another event of the partition wrote the row first
-        other = accepted("z", T0, offset=2)
-        await worker.fold_local(other, 2, 0, other.model_dump_json().encode())
+        await fold_locally(worker, accepted("z", T0, offset=2), 2)
         acked += worker.delivered_copy("ev1", "chat", 0, more=False)
         acked += worker.delivered_copy("ev2", "chat", 0, more=False)
     assert acked == (["ev1"] if copies_first else ["ev1", "ev2"])
