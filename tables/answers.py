@@ -12,6 +12,11 @@ expiry (key ``<ms, 15 digits>/<request id>``), so RocksDB keeps each partition's
 index in expiry order and a sweep reads only the rows that are due, oldest first.
 Both tables live in RocksDB: memory stays bounded whatever the window holds.
 
+The index is derived from the rows, so it is written to the local store only (no
+changelog record: one record fewer per answer). A row restored from the answers
+changelog (a new host, a standby) is indexed as it is restored
+(:class:`AnswersTable`), so every row a worker holds is swept in time.
+
 Pruning writes nothing to the changelogs for an answered row (two records fewer
 per request): the row and its index entry are deleted from the local store only,
 and the changelog topics drop old records by time (``cleanup.policy``
@@ -25,9 +30,11 @@ back, its refused feedback could be applied to a late answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import faust
+from faust.types import EventT
 
 from agents.app import app, settings, table_store_options
 from app.feedback_match import AnswerRow
@@ -43,15 +50,28 @@ def changelog_configs(window_s: float, grace_s: float) -> dict[str, str]:
     return {"cleanup.policy": "compact,delete", "retention.ms": str(retention_ms)}
 
 
+class AnswersTable(faust.Table[str, Any]):
+    """The answers table; a row restored from its changelog is indexed by expiry at once."""
+
+    def apply_changelog_batch(self, batch: Iterable[EventT[Any]]) -> None:
+        events = list(batch)
+        super().apply_changelog_batch(events)
+        for event in events:
+            index_restored(event.message.partition, event.message.key, event.message.value)
+
+
 _CHANGELOGS = changelog_configs(settings.feedback_window_s, settings.feedback_match_grace_s)
-answers = app.Table(
-    "feedback-answers",
+answers = AnswersTable(
+    app,
+    name="feedback-answers",
     default=None,
+    beacon=app.tables.beacon,
     partitions=settings.partitions,
     schema=_schema(),
     options=table_store_options(settings),
     extra_topic_configs=_CHANGELOGS,
 )
+app.tables.add(answers)  # what ``app.Table`` does, with this class
 expiry_index = app.Table(
     "feedback-expiry",
     default=None,
@@ -76,7 +96,28 @@ def save_answer(request_id: str, row: AnswerRow, before: AnswerRow | None, parti
     """Write the row (in the stream of an event of ``partition``) and index a new expiry."""
     answers[request_id] = row.model_dump(mode="json")
     if before is None or before.expires_at != row.expires_at:
-        expiry_index[expiry_key(row.expires_at, request_id)] = {"r": request_id, "p": partition}
+        _index(partition, row.expires_at, request_id)
+
+
+def index_restored(partition: int, raw_key: bytes | None, raw_row: bytes | None) -> None:
+    """Index a row the answers changelog restores (a tombstone: nothing to index)."""
+    if raw_key is None or raw_row is None:
+        return
+    row = json.loads(raw_row)
+    if isinstance(row, dict) and isinstance(row.get("expires_at"), int | float):
+        _index(partition, float(row["expires_at"]), str(json.loads(raw_key)))
+
+
+def _index(partition: int, expires_at: float, request_id: str) -> None:
+    """An index entry, in ``partition``'s local store only (derived from the row)."""
+    key, value = expiry_key(expires_at, request_id), {"r": request_id, "p": partition}
+    store: Any = expiry_index.data
+    open_db = getattr(store, "_db_for_partition", None)
+    if open_db is None:  # the in-memory store
+        store.data[key] = value
+        store._key_partition[key] = partition
+    else:
+        open_db(partition).put(store._encode_key(key), store._encode_value(value))
 
 
 def delete_answer(request_id: str, key: str, *, answered: bool) -> None:

@@ -1,6 +1,8 @@
 """Pruning the answers table (tables/answers.py): an answered row past its window goes
 from the local store without a changelog record; a row still waiting for its answer
-goes with a tombstone. Both are gone for the matcher."""
+goes with a tombstone. Both are gone for the matcher. The expiry index writes no
+changelog record, and a worker that restores the rows from the changelog indexes
+them, so it prunes them too."""
 
 from __future__ import annotations
 
@@ -56,6 +58,42 @@ async def test_answered_rows_are_pruned_without_tombstones_waiting_ones_with(
         assert [(d["reason"], d["detail"]) for d in letters] == [
             ("unmatched_feedback", "unknown_request")
         ] * 2
+        index = f"switchyard-{namespace}-feedback-expiry-changelog"
+        assert await read_raw(stack.broker.bootstrap, [index], idle_s=1.0) == []
+    finally:
+        await stack.stop()
+
+
+async def test_rows_restored_on_a_new_host_are_indexed_and_pruned(
+    broker: EmbeddedBroker,
+) -> None:
+    """A worker with an empty data directory restores the rows from the changelog;
+    without their index it would keep them, and a late grade would be ``expired``."""
+    env = {
+        "SWITCHYARD_FEEDBACK_WINDOW_S": str(WINDOW_S),
+        "SWITCHYARD_FEEDBACK_MATCH_GRACE_S": "2",
+        "SWITCHYARD_TICK_INTERVAL_S": "1",
+    }
+    namespace = f"r{uuid.uuid4().hex[:8]}"
+    stack = EmbeddedStack(broker=broker, namespace=namespace, time_scale=0.05, env=env)
+    await stack.start(workers=1)
+    try:
+        topics = stack.topics
+        ids = [f"restore-{i}" for i in range(2)]
+        await send(stack, topics.requests, [(None, chat(i)) for i in ids])
+        await collect(stack, {topics.responses: len(ids)})
+        await asyncio.to_thread(stack.workers[0].stop)
+        stack.add_worker()  # a data directory of its own: every row comes from the changelog
+        # It answers once it has restored and taken the partitions.
+        await send(stack, topics.requests, [(None, chat("restore-probe"))])
+        await collect(stack, {topics.responses: len(ids) + 1})
+        await asyncio.sleep(WINDOW_S + 3)  # the restored rows' windows end, sweeps run
+        late = [(None, {"request_id": ids[0], "score": 1, "source": "user"})]
+        await send(stack, topics.feedback, late)
+        _, letters, _ = await watch(stack, grades=0, letters=1)
+        assert [(d["reason"], d["detail"]) for d in letters] == [
+            ("unmatched_feedback", "unknown_request")
+        ]
     finally:
         await stack.stop()
 
