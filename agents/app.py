@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import faust
 
+from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.embedded.lifetime import exit_after
 from app.kafka import faust_security
@@ -57,6 +58,9 @@ def build_app(settings: Settings) -> faust.App:
         # rebalance holds back: waiting froze every rebalance (bench scaleout). Unacked
         # events are redelivered, and every fold is idempotent.
         stream_wait_empty=False,
+        # Faust's monitor counts every record read, sent and every table access; nothing
+        # reads those counts (our metrics are Prometheus'): agents/quiet_monitor.py.
+        Monitor=QuietMonitor,
     )
 
 

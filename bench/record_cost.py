@@ -15,6 +15,9 @@ idle CPU measured just before) divided by the records gives microseconds per
 consumed record (sends 0) and, from the slope, per sent record.
 
     switchyard bench record_cost [--records 20000] [--size 400]
+
+The app carries the worker's monitor (agents/quiet_monitor.py); ``RC_MONITOR=faust``
+in the environment gives it Faust's own, to measure what that one costs.
 """
 
 from __future__ import annotations

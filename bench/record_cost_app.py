@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 
 import faust
+from faust.sensors import Monitor
 
+from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.kafka import faust_security
 from app.settings import get_settings
@@ -35,6 +37,8 @@ app = faust.App(
     producer_linger_ms=get_settings().producer_linger_ms,
     processing_guarantee="at_least_once",
     **faust_security(get_settings()),
+    # As the worker's app (agents/app.py), unless RC_MONITOR=faust: Faust's own monitor.
+    Monitor=Monitor if os.environ.get("RC_MONITOR") == "faust" else QuietMonitor,
 )
 SENDS = int(os.environ["RC_SENDS"])
 DIRECT = os.environ.get("RC_DIRECT") == "1"
