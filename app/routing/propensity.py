@@ -248,7 +248,7 @@ def _times_cornish_fisher(
     the same floats as computing F first: the hot loop of a decision's propensity)."""
     mean, spread, c3, c2, c1, c0 = constants
     inverse, erfc = 1.0 / spread, math.erfc
-    out = []
+    out: list[float] = []
     append = out.append
     for v, y in zip(values, ys, strict=True):
         w = (y - mean) * inverse
