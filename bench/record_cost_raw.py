@@ -25,19 +25,17 @@ from app.settings import get_settings
 
 
 async def forward(stop: asyncio.Event) -> None:
-    settings = get_settings()
-    security = client_security()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=os.environ["RC_BOOTSTRAP"],
         group_id=None,
         enable_auto_commit=False,
         fetch_max_wait_ms=tansu.fetch_max_wait_ms(),
-        **security,
+        **client_security(),
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=os.environ["RC_BOOTSTRAP"],
-        linger_ms=settings.producer_linger_ms,
-        **security,
+        linger_ms=get_settings().producer_linger_ms,
+        **client_security(),
     )
     await consumer.start()
     await producer.start()
