@@ -16,7 +16,6 @@ from typing import Any, cast
 
 import faust
 
-from agents import fast_delivery
 from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.embedded.lifetime import exit_after
@@ -28,8 +27,6 @@ from app.web_auth import faust_web_options
 def build_app(settings: Settings) -> faust.App:
     if settings.tansu_compat:
         tansu.install()
-    if settings.fast_delivery:
-        fast_delivery.install()
     return faust.App(
         settings.app_id,
         broker=settings.broker,
