@@ -19,19 +19,25 @@ from app.embedded.stack import EmbeddedStack
 
 pytestmark = pytest.mark.broker
 WINDOW_S = 2.0
+#: Short windows and sweeps every second (the stack's time runs 20x faster).
+ENV = {
+    "SWITCHYARD_FEEDBACK_WINDOW_S": str(WINDOW_S),
+    "SWITCHYARD_FEEDBACK_MATCH_GRACE_S": "2",
+    "SWITCHYARD_TICK_INTERVAL_S": "1",
+}
+
+
+async def _started(broker: EmbeddedBroker, prefix: str) -> EmbeddedStack:
+    namespace = f"{prefix}{uuid.uuid4().hex[:8]}"
+    stack = EmbeddedStack(broker=broker, namespace=namespace, time_scale=0.05, env=ENV)
+    return await stack.start(workers=1)
 
 
 async def test_answered_rows_are_pruned_without_tombstones_waiting_ones_with(
     broker: EmbeddedBroker,
 ) -> None:
-    env = {
-        "SWITCHYARD_FEEDBACK_WINDOW_S": str(WINDOW_S),
-        "SWITCHYARD_FEEDBACK_MATCH_GRACE_S": "2",
-        "SWITCHYARD_TICK_INTERVAL_S": "1",
-    }
-    namespace = f"p{uuid.uuid4().hex[:8]}"
-    stack = EmbeddedStack(broker=broker, namespace=namespace, time_scale=0.05, env=env)
-    await stack.start(workers=1)
+    stack = await _started(broker, "p")
+    namespace = stack.namespace
     try:
         topics = stack.topics
         ids = [f"prune-{i}" for i in range(4)]
@@ -69,14 +75,7 @@ async def test_rows_restored_on_a_new_host_are_indexed_and_pruned(
 ) -> None:
     """A worker with an empty data directory restores the rows from the changelog;
     without their index it would keep them, and a late grade would be ``expired``."""
-    env = {
-        "SWITCHYARD_FEEDBACK_WINDOW_S": str(WINDOW_S),
-        "SWITCHYARD_FEEDBACK_MATCH_GRACE_S": "2",
-        "SWITCHYARD_TICK_INTERVAL_S": "1",
-    }
-    namespace = f"r{uuid.uuid4().hex[:8]}"
-    stack = EmbeddedStack(broker=broker, namespace=namespace, time_scale=0.05, env=env)
-    await stack.start(workers=1)
+    stack = await _started(broker, "r")
     try:
         topics = stack.topics
         ids = [f"restore-{i}" for i in range(2)]
