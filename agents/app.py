@@ -15,7 +15,10 @@ from functools import partial
 from typing import Any, cast
 
 import faust
+from mode.utils.objects import cached_property
+from mode.utils.queues import FlowControlEvent
 
+from agents.flow_control import LiveFlowControl
 from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.embedded.lifetime import exit_after
@@ -27,7 +30,7 @@ from app.web_auth import faust_web_options
 def build_app(settings: Settings) -> faust.App:
     if settings.tansu_compat:
         tansu.install()
-    return faust.App(
+    return SwitchyardApp(
         settings.app_id,
         broker=settings.broker,
         store="rocksdb://",
@@ -62,6 +65,15 @@ def build_app(settings: Settings) -> faust.App:
         # reads those counts (our metrics are Prometheus'): agents/quiet_monitor.py.
         Monitor=QuietMonitor,
     )
+
+
+class SwitchyardApp(faust.App):
+    """Faust's app with a flow control that does not drop a running flow's records on a
+    rebalance (agents/flow_control.py)."""
+
+    @cached_property
+    def flow_control(self) -> FlowControlEvent:
+        return LiveFlowControl(loop=self.loop)
 
 
 class SwitchyardWorker(faust.Worker):
