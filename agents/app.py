@@ -18,6 +18,7 @@ import faust
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
+from agents import fast_delivery
 from agents.flow_control import LiveFlowControl
 from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
@@ -30,6 +31,8 @@ from app.web_auth import faust_web_options
 def build_app(settings: Settings) -> faust.App:
     if settings.tansu_compat:
         tansu.install()
+    if settings.fast_delivery:
+        fast_delivery.install()
     return SwitchyardApp(
         settings.app_id,
         broker=settings.broker,

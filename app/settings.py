@@ -260,6 +260,9 @@ class Settings(BaseSettings):
     #: The router folds a routing-log record this worker wrote as soon as the broker
     #: acknowledged it, when it is the next record of its partition (agents/local_log.py).
     router_local_fold: bool = True
+    #: Faust's fetch loop hands a record to the streams inline when that does not block
+    #: (agents/fast_delivery.py) instead of racing four tasks per record.
+    fast_delivery: bool = True
     #: Spilled dispatches (``switchyard.spill``: the deciding worker had no room) one
     #: worker calls at once.
     spill_concurrency: int = Field(default=128, ge=1)

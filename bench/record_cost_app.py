@@ -16,12 +16,15 @@ import os
 import faust
 from faust.sensors import Monitor
 
+from agents import fast_delivery
 from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.kafka import faust_security
 from app.settings import get_settings
 
 tansu.install()
+if os.environ.get("RC_FAST_DELIVERY") != "0":  # as the worker (agents/app.py)
+    fast_delivery.install()
 app = faust.App(
     os.environ["RC_APP_ID"],
     broker=os.environ["RC_BROKER"],
