@@ -42,6 +42,14 @@ def derived_id(*parts: object) -> str:
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
+    def __eq__(self, other: object) -> bool:
+        """Pydantic's equality, without what these models never have (generic origins,
+        private attributes, extra fields, cached properties): the same class and the same
+        field values. Replay compares every decision and response it re-derives."""
+        if type(other) is type(self):
+            return self.__dict__ == other.__dict__
+        return False if isinstance(other, BaseModel) else NotImplemented
+
 
 class Envelope(Frozen):
     id: str
