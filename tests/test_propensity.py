@@ -8,7 +8,12 @@ import random
 
 import pytest
 
-from app.routing.propensity import MAX_ERROR, _continued_fraction, thompson_propensity
+from app.routing.propensity import (
+    MAX_ERROR,
+    _continued_fraction,
+    forget_propensities,
+    thompson_propensity,
+)
 
 
 def _bench_arms() -> list[tuple[float, float]]:
@@ -132,8 +137,24 @@ def test_deterministic_to_the_bit() -> None:
     arms = _bench_arms()
     first = [thompson_propensity(arms, k) for k in range(16)]
     thompson_propensity.__globals__["_shape"].cache_clear()
+    forget_propensities()
     assert [thompson_propensity(list(arms), k) for k in range(16)] == first
     assert first[15].hex() == PINNED_BENCH_TOP
+
+
+def test_a_posterior_set_asked_again_is_read_from_the_cache() -> None:
+    """The same floats whether integrated or remembered, however the posteriors are given."""
+    forget_propensities()
+    arms = _bench_arms()
+    integrated = thompson_propensity(arms, 14)
+    cache = thompson_propensity.__globals__["_propensity"]
+    hits = cache.cache_info().hits
+    as_ints = [(int(a), int(b)) for a, b in arms]
+    assert as_ints == arms  # whole numbers: the same posteriors
+    assert thompson_propensity(as_ints, 14) == integrated
+    assert thompson_propensity(tuple(arms), 14) == integrated
+    assert cache.cache_info().hits == hits + 2
+    assert thompson_propensity(arms, 15) != integrated  # the chosen arm is part of the key
 
 
 PINNED_BENCH_TOP = "0x1.d1498e137f04ep-1"

@@ -30,7 +30,8 @@ One run, every number measured on this machine in this run:
    empty driver doing the same loop with a no-op call; peak RSS.
 5. **Decision function.** ``app.routing.fold.handle`` on a ``RequestAccepted``
    against a 16-provider policy whose arms all have pulls: p50/p99 µs for
-   ucb1, thompson (includes its 200-draw propensity estimate) and composite,
+   ucb1, thompson (its propensity integrated at every decision: the bench clears
+   the propensity's cache) and composite,
    plus the router's whole per-event codec path (row JSON in, fold, row JSON
    out, decision and dispatch JSON). When a p99 misses its target, the top cProfile
    entries are printed.

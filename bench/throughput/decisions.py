@@ -175,6 +175,7 @@ def _top_costs(work: Callable[[int], object], count: int) -> list[dict[str, Any]
 def run_decisions(args: argparse.Namespace) -> dict[str, Any]:
     """p50/p99 of ``handle`` per strategy, and the router's whole per-event codec path."""
     from app.routing.fold import handle
+    from app.routing.propensity import forget_propensities
 
     results: dict[str, Any] = {}
     for strategy in ("ucb1", "thompson", "composite", "adaptive"):
@@ -185,6 +186,9 @@ def run_decisions(args: argparse.Namespace) -> dict[str, Any]:
         def decide(
             n: int, state: RouteState = state, events: list[Any] = events, policy: Policy = policy
         ) -> object:
+            # The state never changes here: without this, thompson's propensity would be
+            # integrated for its first few decisions only, then read from its cache.
+            forget_propensities()
             step = handle(state, events[n % len(events)], state.position + 1 + n, policy)
             return step
 
