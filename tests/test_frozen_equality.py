@@ -8,7 +8,9 @@ from itertools import pairwise
 import pytest
 from pydantic import BaseModel
 
+import app.events
 from app.audit.synthetic import synthetic_log
+from app.contract.base import Frozen
 from app.events import Decision, LogPosition, Response
 from bench.replay_speed import PROFILES, bench_policy
 
@@ -62,3 +64,30 @@ def test_equal_records_hash_alike() -> None:
     a = LogPosition(topic="t", partition=0, offset=1)
     b = LogPosition(topic="t", partition=0, offset=1)
     assert hash(a) == hash(b) and len({a, b}) == 1
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def test_every_event_model_is_one_the_short_equality_fits() -> None:
+    """``Frozen.__eq__`` skips what pydantic checks for generics, private attributes,
+    extra fields and cached or computed values: no event model may have them."""
+    assert app.events  # every contract module imported
+    models = _subclasses(Frozen)
+    assert len(models) >= 20
+    for model in models:
+        assert model.model_config.get("extra") == "forbid", model
+        assert model.model_config.get("frozen") is True, model
+        assert not model.__private_attributes__, model
+        assert not model.__pydantic_computed_fields__, model
+        assert not model.__pydantic_generic_metadata__["parameters"], model
+        cached = [
+            n
+            for n, v in vars(model).items()
+            if hasattr(v, "__set_name__") and "cached" in type(v).__name__
+        ]
+        assert not cached, (model, cached)

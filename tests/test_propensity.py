@@ -143,18 +143,22 @@ def test_deterministic_to_the_bit() -> None:
 
 
 def test_a_posterior_set_asked_again_is_read_from_the_cache() -> None:
-    """The same floats whether integrated or remembered, however the posteriors are given."""
+    """Equal posteriors, however given, share one entry; an entry holds what integrating
+    gives afresh, to the bit; another chosen arm is another entry."""
     forget_propensities()
     arms = _bench_arms()
     integrated = thompson_propensity(arms, 14)
     cache = thompson_propensity.__globals__["_propensity"]
-    hits = cache.cache_info().hits
     as_ints = [(int(a), int(b)) for a, b in arms]
     assert as_ints == arms  # whole numbers: the same posteriors
+    hits, misses = cache.cache_info().hits, cache.cache_info().misses
     assert thompson_propensity(as_ints, 14) == integrated
     assert thompson_propensity(tuple(arms), 14) == integrated
-    assert cache.cache_info().hits == hits + 2
-    assert thompson_propensity(arms, 15) != integrated  # the chosen arm is part of the key
+    assert (cache.cache_info().hits, cache.cache_info().misses) == (hits + 2, misses)
+    forget_propensities()
+    assert thompson_propensity(as_ints, 14).hex() == integrated.hex()  # integrated again
+    thompson_propensity(arms, 15)
+    assert cache.cache_info().misses == 2  # since the last forget: arm 14, then arm 15
 
 
 PINNED_BENCH_TOP = "0x1.d1498e137f04ep-1"
