@@ -31,7 +31,7 @@ comparisons). Cost with the 16 arms of the decision bench: about 90 µs, against
 Posteriors change only when an outcome or a grade is folded, so the decisions in
 between ask for the same posterior sets: the last ``PROPENSITY_CACHE`` results are
 kept. A third of a replay's decisions found theirs there (``bench.replay_speed
---strategy thompson``: 4,200-5,150 decisions/s against 3,250-4,650 without, runs
+--strategy thompson``: 4,200-5,150 decisions/s against 3,240-4,650 without, runs
 alternated on a noisy machine).
 """
 
