@@ -82,8 +82,7 @@ def forget_propensities() -> None:
 
 @lru_cache(maxsize=PROPENSITY_CACHE)
 def _propensity(posteriors: tuple[tuple[float, float], ...], chosen: int) -> float:
-    """The integral for one posterior set. Cached: posteriors change only when an outcome
-    or a grade is folded, so decisions between two outcomes ask again for the same sets."""
+    """The integral for one posterior set (cached: see the module's docstring)."""
     shapes = [_shape(a, b) for a, b in posteriors]
     centre, spread = shapes[chosen][0], shapes[chosen][1]
     low, high = centre - _REACH * spread, centre + _REACH * spread
