@@ -210,3 +210,33 @@ def test_the_decisions_cpu_time_is_reported_beside_their_wall_time() -> None:
     assert "thread CPU time p50 / p99 (µs): ucb1 48 / 70, thompson 49 / 71," in text
     del decisions["thompson"]["cpu_us"]  # a report from before the CPU column
     assert "thread CPU time" not in render(report)
+
+
+def test_the_machines_cpu_budget_at_saturation_adds_every_process() -> None:
+    saturation = {
+        "rps": 250.0,
+        "cpu_ms_per_request": 2.0,
+        "broker_cpu_ms_per_request": 1.5,
+        "driver_cpu_ms_per_request": 0.5,
+        "mock_cpu_utilisation": 0.25,  # 1 ms per request at 250 req/s
+    }
+    report = {
+        "config": {
+            "mocks": ["light"],
+            "latency_ms": 20,
+            "rate": 100.0,
+            "low_rate": 20.0,
+            "concurrency": 64,
+            "deployments": 4,
+            "cpus": 2,
+        },
+        "load_start": "0 0 0",
+        "switchyard": {"strategy": "ucb1", "mocks": {"light": {"saturation": saturation}}},
+    }
+    text = render(report)
+    assert (
+        "| CPU ms/request at saturation, every process (whole) | – | worker 2.00 + broker 1.50"
+        " + driver 0.50 + mock 1.00 = 5.00: 2 cores carry 400 req/s at that cost |" in text
+    )
+    del saturation["broker_cpu_ms_per_request"]  # an external broker: nothing to add up
+    assert "every process" not in render(report)

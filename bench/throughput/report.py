@@ -29,6 +29,27 @@ def _get(data: dict[str, Any] | None, *path: str) -> Any:
     return value
 
 
+def _machine_budget(ours: dict[str, Any] | None, cpus: int) -> str | None:
+    """Every process's CPU per request at saturation, and the rate the machine's cores
+    would carry at that cost: the broker, the driver and the mocks share them here."""
+    sat = _get(ours, "saturation")
+    rps = _get(sat, "rps")
+    if not sat or not rps or _get(sat, "broker_cpu_ms_per_request") is None:
+        return None
+    parts = {
+        "worker": sat["cpu_ms_per_request"],
+        "broker": sat["broker_cpu_ms_per_request"],
+        "driver": sat["driver_cpu_ms_per_request"],
+        "mock": sat["mock_cpu_utilisation"] * 1000.0 / rps,
+    }
+    total = sum(parts.values())
+    named = " + ".join(f"{name} {value:.2f}" for name, value in parts.items())
+    return (
+        f"| CPU ms/request at saturation, every process (whole) | – | {named} = {total:.2f}: "
+        f"{cpus} cores carry {cpus * 1000.0 / total:,.0f} req/s at that cost | – | – | |"
+    )
+
+
 def _num(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "–"
@@ -168,6 +189,9 @@ def render_mock_table(kind: str, report: dict[str, Any]) -> str:
     lines.append(
         f"| broker CPU use (cores) at {rate} / saturation | – | {_triple(broker, 2)} | – | – | |"
     )
+    budget = _machine_budget(ours, config["cpus"])
+    if budget is not None:
+        lines.append(budget)
     errors = [
         None
         if side is None
