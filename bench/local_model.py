@@ -245,7 +245,8 @@ def summarise(
 def report(summary: dict[str, Any]) -> list[str]:
     hits = "  ".join(f">={t}: {rate:.0%}" for t, rate in summary["hit_rate"].items())
     return [
-        f"SmolLM2-135M Q4_1 on llama-server (CPU, {summary['threads']} threads, "
+        "SmolLM2-135M (F16 copy of the Q4_1 file) on llama-server "
+        f"(CPU, {summary['threads']} threads, "
         f"{summary['concurrency']} at once), ready in {summary['ready_s']} s",
         f"requests   {summary['requests']}   ok {summary['ok']}   "
         f"with confidence {summary['with_confidence']}   "

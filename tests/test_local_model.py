@@ -64,6 +64,8 @@ def fake_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     model.write_bytes(b"GGUF")
     monkeypatch.setattr(local_model, "server_binary", lambda: binary)
     monkeypatch.setattr(local_model, "model_file", lambda: model)
+    monkeypatch.setattr(local_model, "served_weights", lambda source, weights_dir: source)
+    monkeypatch.setattr(local_model, "_require_gguf", lambda: None)
     return binary
 
 

