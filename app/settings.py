@@ -294,9 +294,9 @@ class Settings(BaseSettings):
     fetch_idle_wait_ms: int = Field(default=20, ge=1, le=10_000)
     #: How long Switchyard's producers hold a record to batch it (aiokafka ``linger_ms``).
     #: Records batch anyway while the previous request to the broker is in flight; a
-    #: linger delays every record of a quiet stream, and on Tansu can make it miss a
-    #: fetch's halfway look (see ``fetch_max_wait_ms``).
-    producer_linger_ms: int = Field(default=1, ge=0, le=1000)
+    #: linger delays every record and on Tansu makes it miss a fetch's halfway look:
+    #: 0 took 3-5 ms off the added p50 (docs/benchmarks.md, stop 27).
+    producer_linger_ms: int = Field(default=0, ge=0, le=1000)
     log_level: str = "warn"
     #: How often each worker publishes a RouteTick per route (seconds).
     tick_interval_s: float = Field(default=5.0, gt=0.0)
