@@ -164,17 +164,22 @@ def test_providers_file_is_a_valid_config(tmp_path: Path) -> None:
     assert all(p.base_url.startswith("http://127.0.0.1:") for p in config.providers)
 
 
+def bench_config(mocks: list[str]) -> dict[str, Any]:
+    """A report's ``config`` as ``switchyard bench throughput`` writes it, for ``mocks``."""
+    return {
+        "mocks": mocks,
+        "latency_ms": 20,
+        "rate": 100.0,
+        "low_rate": 20.0,
+        "concurrency": 64,
+        "deployments": 4,
+        "cpus": 2,
+    }
+
+
 def test_render_without_results_does_not_fail() -> None:
     report = {
-        "config": {
-            "mocks": ["light"],
-            "latency_ms": 20,
-            "rate": 100.0,
-            "low_rate": 20.0,
-            "concurrency": 64,
-            "deployments": 4,
-            "cpus": 2,
-        },
+        "config": bench_config(["light"]),
         "load_start": "0.5 0.5 0.5",
     }
     text = render(report)
@@ -193,15 +198,7 @@ def test_the_decisions_cpu_time_is_reported_beside_their_wall_time() -> None:
     }
     decisions["router_event_ucb1"] = {}
     report = {
-        "config": {
-            "mocks": [],
-            "latency_ms": 20,
-            "rate": 100.0,
-            "low_rate": 20.0,
-            "concurrency": 64,
-            "deployments": 4,
-            "cpus": 2,
-        },
+        "config": bench_config([]),
         "load_start": "0 0 0",
         "decisions": decisions,
     }
@@ -221,15 +218,7 @@ def test_the_machines_cpu_budget_at_saturation_adds_every_process() -> None:
         "mock_cpu_utilisation": 0.25,  # 1 ms per request at 250 req/s
     }
     report = {
-        "config": {
-            "mocks": ["light"],
-            "latency_ms": 20,
-            "rate": 100.0,
-            "low_rate": 20.0,
-            "concurrency": 64,
-            "deployments": 4,
-            "cpus": 2,
-        },
+        "config": bench_config(["light"]),
         "load_start": "0 0 0",
         "switchyard": {"strategy": "ucb1", "mocks": {"light": {"saturation": saturation}}},
     }
