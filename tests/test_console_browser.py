@@ -23,9 +23,9 @@ from app.console.server import RunningConsole, start_console
 from app.settings import Settings, Topics
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,12 +98,23 @@ def visit(driver: Any, url: str) -> list[dict[str, Any]]:
     return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
+NEXT_PAGE_LOADED = (
+    "return window.switchyardOldPage === undefined && document.readyState === 'complete'"
+)
+
+
 def follow(driver: Any, element_id: str) -> None:
-    """Click and wait for the next page (the old page's elements go stale)."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    """Click and wait until the next page has replaced this one and finished loading.
+
+    The old page is marked on its ``window``, not held as an element: while Chromium swaps
+    documents, asking an old element whether it is stale can fail with "Node with given id
+    does not belong to the document" instead of answering stale (a CI run failed so), and
+    scripts can fail the same way; the wait polls through both."""
+    driver.execute_script("window.switchyardOldPage = true")
     driver.find_element(By.ID, element_id).click()
-    WebDriverWait(driver, 10).until(staleness_of(old))
-    assert driver.execute_script("return document.readyState") == "complete"
+    WebDriverWait(driver, 10, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(NEXT_PAGE_LOADED)
+    )
     assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
