@@ -51,13 +51,15 @@ def widen_to_f16(source: Path, target: Path) -> None:
     reader = gguf.GGUFReader(source)
     architecture = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(target, architecture)
-    _copy_metadata(gguf, reader, writer)
-    for tensor in reader.tensors:
-        writer.add_tensor(tensor.name, _widened(gguf, tensor))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    try:
+        _copy_metadata(gguf, reader, writer)
+        for tensor in reader.tensors:
+            writer.add_tensor(tensor.name, _widened(gguf, tensor))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()  # a failed copy closes its file too (the caller removes it)
 
 
 def _copy_metadata(gguf: Any, reader: Any, writer: Any) -> None:
