@@ -205,7 +205,12 @@ def test_a_retriable_failure_goes_down_the_ranking() -> None:
     off = auto_policy({"fallbacks": False})
     log = Log(off, status=always(StatusClass.SERVER_ERROR))
     decisions = decide(off, request(off, 1, "hello"), log=log)
-    assert [d.deployment for d in decisions] == ["cheap:small"]  # no other model tried
+    # No other model tried: the one model's deployment again, after each 5xx.
+    assert [(d.deployment, d.selection_rule) for d in decisions] == [
+        ("cheap:small", "auto"),
+        ("cheap:small", "retry_same_deployment"),
+        ("cheap:small", "retry_same_deployment"),
+    ]
     (answer,) = log.responses
     assert answer.status == "error" and answer.error is not None
     assert "server_error" in answer.error.message

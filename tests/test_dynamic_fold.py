@@ -143,18 +143,21 @@ def test_fallback_models_in_order_after_5xx_but_not_after_400() -> None:
 def test_every_fallback_failing_answers_the_last_error() -> None:
     log = Log(dynamic_policy(), status=always(StatusClass.SERVER_ERROR))
     log.run([request(0, session="s-main")])
-    # chat twice; fallback "cheap": one deployment, so one attempt; fallback "c:m1" is a
-    # pin (one attempt, seed 004); then the last error is the answer.
-    tried = [(d.route, d.deployment, d.attempt) for d in log.decisions]
+    # chat twice; fallback "cheap": one deployment, and a fallback model left, so one
+    # attempt; fallback "c:m1" is a pin, the last model: its deployment is the best
+    # remaining candidate, tried again after a 5xx up to the route's attempts (two);
+    # then the last error is the answer.
+    tried = [(d.route, d.deployment, d.attempt, d.selection_rule) for d in log.decisions]
     assert tried == [
-        ("chat", "a:m1", 1),
-        ("chat", "b:m1", 2),
-        ("cheap", "c:m1", 3),
-        ("cheap", "c:m1", 4),
+        ("chat", "a:m1", 1, "untried_first"),
+        ("chat", "b:m1", 2, "untried_first"),
+        ("cheap", "c:m1", 3, "untried_first"),
+        ("cheap", "c:m1", 4, "score"),
+        ("cheap", "c:m1", 5, "retry_same_deployment"),
     ]
     assert log.decisions[-1].candidate_filter == "pinned"
     (answer,) = log.responses
-    assert answer.status == "error" and answer.attempts == 4
+    assert answer.status == "error" and answer.attempts == 5
 
 
 def test_a_rate_node_takes_its_exceeded_exit() -> None:

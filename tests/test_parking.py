@@ -85,8 +85,9 @@ def test_full_deployments_wait_in_the_log_and_the_next_finish_frees_one() -> Non
 def test_no_wait_when_nothing_could_ever_be_chosen() -> None:
     pol = policy(provider("a"))
     first = fold([accepted("p-1", T0)], pol)
-    failed = outcome("p-1", A, T0 + 1, status=StatusClass.SERVER_ERROR, final=False, retriable=True)
-    # Attempt 2 has only already-tried candidates: answered at once, nothing parked.
+    failed = outcome("p-1", A, T0 + 1, status=StatusClass.TIMEOUT, final=False, retriable=True)
+    # Attempt 2 has only already-tried candidates, and a silent one is not asked again at
+    # once: answered at once, nothing parked.
     step = fold([finished(failed, retry=accepted("p-1", T0))], pol, first.state)
     assert step.state.parked == {}
     (response,) = step.responses

@@ -84,12 +84,22 @@ def test_a_pinned_deployment_is_used_alone_and_never_falls_back() -> None:
     (dispatch,) = run.dispatches
     assert dispatch.decision.deployment == "groq-x:llama"
     assert dispatch.decision.candidate_filter == "pinned"
-    assert dispatch.max_attempts == 1
+    # Never another deployment; the pinned one may be asked again after a 5xx or a 429.
+    assert dispatch.max_attempts == POLICY.max_attempts(dispatch.decision.route)
     failed = outcome("p1", "groq-x:llama", T0 + 1, status=StatusClass.SERVER_ERROR)
     answered = fold([finished(failed, retry=event)], POLICY, run.state)
     assert answered.dispatches == []
     (response,) = answered.responses
     assert response.status == "error"
+    retried = outcome(
+        "p1", "groq-x:llama", T0 + 1, status=StatusClass.SERVER_ERROR, final=False, retriable=True
+    )
+    again = fold([finished(retried, retry=event)], POLICY, run.state)
+    assert [d.decision.deployment for d in again.dispatches] == ["groq-x:llama"]
+    silent = outcome(
+        "p1", "groq-x:llama", T0 + 1, status=StatusClass.TIMEOUT, final=False, retriable=True
+    )
+    assert fold([finished(silent, retry=event)], POLICY, run.state).dispatches == []
 
 
 @pytest.mark.parametrize("model", ["nobody:gpt", "openai-x:no-such-model"])

@@ -17,18 +17,17 @@ import yaml
 from app.config import parse_config
 from app.contract.features import Features
 from app.contract.request import ChatMessage, ChatRequest
+from app.events import StatusClass
 from app.route_graph import DynamicRoutes, GraphError, RouteGraph, parse_dynamic_routes
 from app.routing.graph import (
     BudgetCheck,
-    Path,
     RateCheck,
     RequestFacts,
     check_against,
-    fallback_after,
-    next_fallback,
     split_key,
     walk,
 )
+from app.routing.reliability import classify_http_status, moves_on
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "dynamic-routes.md"
 M = "{kind: model, target: chat}"
@@ -254,7 +253,7 @@ def test_a_rate_nodes_exceeded_exit() -> None:
     assert [(s.node, s.exit) for s in path.steps] == [("a", "exceeded")]
     refusal = path.refusal
     assert refusal is not None and (refusal.code, refusal.status) == ("rate_limited", 429)
-    assert path.model is None and next_fallback(path, []) is None
+    assert path.model is None
     [check] = counters.checks
     assert isinstance(check, RateCheck) and check.key == ("g0", "a", "k1")
     assert check.spec.requests == 10
@@ -271,32 +270,17 @@ def test_a_budget_nodes_exits_count_the_route() -> None:
 # --- fallback models -------------------------------------------------------------------
 
 
-def attempts(path: Path, statuses: Sequence[int]) -> list[str]:
-    """The models a caller tries, failing with ``statuses`` in turn (then succeeding)."""
-    assert path.model is not None
-    tried = [path.model.target]
-    for status in statuses:
-        if not fallback_after(status):
-            break
-        following = next_fallback(path, tried)
-        if following is None:
-            break
-        tried.append(following)
-    return tried
-
-
-def test_fallback_models_in_order_on_429_and_5xx_but_not_on_client_errors() -> None:
-    path = walk(
-        one({"a": model("chat", fallback_models=["fb1", "fb2", "fb3"])}),
-        RequestFacts("r"),
-        FakeCounters(),
-    )
-    assert attempts(path, [503, 429, 500]) == ["chat", "fb1", "fb2", "fb3"]
-    assert attempts(path, [502, 504, 503, 500]) == ["chat", "fb1", "fb2", "fb3"]
-    assert attempts(path, [400]) == ["chat"]
-    assert attempts(path, [500, 404, 500]) == ["chat", "fb1"]
-    assert [s for s in range(400, 600) if fallback_after(s)] == [429, 500, 502, 503, 504]
-    assert next_fallback(path, ["chat", "fb2"]) == "fb1"
+def test_fallback_models_follow_every_provider_failure_but_no_client_error() -> None:
+    """Statuses or none: a timeout, a reset or a cut stream moves on like a 503 does."""
+    for status in (429, 500, 502, 503, 504, 529):
+        assert moves_on(classify_http_status(status).value, status), status
+    for kind in (StatusClass.TIMEOUT, StatusClass.CONNECTION_ERROR, StatusClass.BAD_RESPONSE):
+        assert moves_on(kind.value, None), kind
+    assert moves_on("no_deployment_available", 503)
+    for status in (400, 401, 403, 404, 413, 422, 501):
+        assert not moves_on(classify_http_status(status).value, status), status
+    for kind in ("deadline_exceeded", "route_refused", "guardrail", "lost", "expired"):
+        assert not moves_on(kind, 504), kind
 
 
 # --- invalid graphs ----------------------------------------------------------------------

@@ -9,18 +9,20 @@ burst waits for capacity, it is never refused for it).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
 from app.routing import affinity, auto, parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.budget_route import ask_first
-from app.routing.candidates import plan_candidates, tenant_policy
+from app.routing.candidates import CandidatePlan, plan_candidates, tenant_policy
 from app.routing.context import level_index
 from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
 from app.routing.records import trusted
+from app.routing.reliability import NO_DEPLOYMENT_AVAILABLE
 from app.routing.select import select
 from app.routing.state import (
     NEW_ARM,
@@ -117,11 +119,19 @@ def route(
     carrier: int,
     waits: int = 0,
     on_line: bool = False,
+    again: Collection[str] = (),
 ) -> Step | Blocked:
     """Decide an attempt. When no candidate can take it now: a new request (``on_line``)
     whose candidates are busy is :class:`Blocked`, to wait in the log; an attempt whose
     candidates are open or cooling down is parked while there is room; otherwise (none
     can ever take it, or no room to park) it is refused.
+
+    A request with a fallback model left waits only for a candidate at capacity (a slot
+    frees when one of the route's attempts ends): an open breaker, a probe in flight or
+    a Retry-After sends it to the fallback model at once (the refusal here is what
+    :func:`app.routing.dynamic.fall_back` forwards). ``again``: tried deployments whose
+    failure a retry may mend (a 429, a 5xx, a reset), retried after the backoff, or
+    after their Retry-After, when no untried candidate and no fallback model is left.
     """
     request_id = accepted.request.request_id
     plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
@@ -137,22 +147,28 @@ def route(
     learning = prepare(state, accepted, attempt, policy)
     keys = affinity.keys_of(accepted, policy)
     sticks = affinity.sticks(state, keys)
-    selection = select(state, plan, request_id, attempt, tried, policy, learning, sticks)
+    out = _not_again(state, accepted, attempt, plan, tried, policy, again)
+    selection = select(state, plan, request_id, attempt, out, policy, learning, sticks)
+    if out is not tried and selection.chosen is not None:
+        selection = replace(selection, rule="retry_same_deployment")
     arms = {**state.arms, **selection.arms}
     chosen = selection.chosen
     if chosen is None:
         state = replace(state, arms=arms)
-        if parking.worth_waiting(selection.excluded):
-            if on_line and parking.wait_in_line(selection.excluded):
+        waiting = selection.excluded
+        if has_fallback(accepted):
+            waiting = [e for e in waiting if e.reason == "concurrency_full"]
+        if parking.worth_waiting(waiting):
+            if on_line and parking.wait_in_line(waiting):
                 return Blocked(selection.arms)
             parked = _park(
-                state, accepted, attempt, tried, waits, selection.excluded, policy, carrier
+                state, accepted, attempt, tried, waits, selection.excluded, policy, carrier, again
             )
             if parked is not None:
                 return Step(parked)
         reasons = ", ".join(f"{e.deployment}: {e.reason}" for e in selection.excluded)
         error = ErrorBody(
-            type="no_deployment_available",
+            type=NO_DEPLOYMENT_AVAILABLE,
             message=f"no deployment of route {accepted.route!r} can take attempt {attempt} "
             f"({reasons})",
             code="exhausted" if tried else "no_candidate",
@@ -222,13 +238,47 @@ def route(
         decision=decision,
         accepted=accepted,
         timeout_s=chosen.provider.timeout_ms / 1000.0,
-        max_attempts=1 if plan.no_fallback else policy.max_attempts(accepted.route),
+        max_attempts=_attempt_limit(accepted, attempt, policy),
         min_confidence=plan.min_confidence,
         tried=list(tried),
         not_before=state.clock + backoff_s(request_id, attempt, policy),
         deadline=deadline,
     )
     return Step(state, dispatches=[dispatch])
+
+
+def _attempt_limit(accepted: RequestAccepted, attempt: int, policy: Policy) -> int:
+    """The number of the route's last attempt at this request, as the executor counts
+    (from the request's first attempt on the route: a fallback model's number on). With
+    a fallback model left, a retriable failure is never the request's last answer
+    (:func:`app.routing.dynamic.fall_back` takes it)."""
+    limit = first_attempt(accepted) - 1 + policy.max_attempts(accepted.route)
+    return max(limit, attempt + 1) if has_fallback(accepted) else limit
+
+
+def has_fallback(accepted: RequestAccepted) -> bool:
+    """Whether a fallback model of the request's dynamic route is left to try."""
+    return accepted.dynamic is not None and bool(accepted.dynamic.fallbacks)
+
+
+def _not_again(
+    state: RouteState,
+    accepted: RequestAccepted,
+    attempt: int,
+    plan: CandidatePlan,
+    tried: list[str],
+    policy: Policy,
+    again: Collection[str],
+) -> list[str]:
+    """The deployments the attempt must not use: all it tried (``tried`` itself), unless
+    no untried candidate can take it now and no fallback model is left, when those in
+    ``again`` are candidates once more."""
+    if not again or has_fallback(accepted):
+        return tried
+    untried = select(state, plan, accepted.request.request_id, attempt, tried, policy)
+    if untried.chosen is not None:
+        return tried
+    return [d for d in tried if d not in again]
 
 
 def _park(
@@ -240,12 +290,17 @@ def _park(
     excluded: list[Exclusion],
     policy: Policy,
     carrier: int,
+    again: Collection[str],
 ) -> RouteState | None:
     """The state with this attempt waiting for a deployment, or None when waiting can't help."""
     if len(state.parked) >= policy.params.max_parked:
         return None
     request_id = accepted.request.request_id
     retry_at = state.clock + parking.wait_s(request_id, attempt, waits, policy)
+    passing = [e for e in excluded if e.reason in parking.TEMPORARY]
+    if passing and all(e.reason == "retry_after" for e in passing):
+        # Only Retry-After keeps candidates out: no look before the first one's ends.
+        retry_at = max(retry_at, min(state.arm(e.deployment).retry_after_until for e in passing))
     deadline = deadline_of(accepted, policy)
     if retry_at >= deadline:
         return None
@@ -257,6 +312,7 @@ def _park(
         tried=tried,
         retry_at=retry_at,
         waits=waits,
+        again=list(again),
     )
     key = attempt_key(request_id, attempt)
     return replace(state, parked={**state.parked, key: entry})

@@ -10,9 +10,11 @@ is what a wait in the line or a parked attempt recalls. There it is routed like
 any other and walks nothing again; its decisions carry the trace.
 
 Fallback models (:func:`fall_back`): a request whose attempts on a model ended
-in a retriable failure (429, 500, 502, 503, 504) is forwarded to the next
-fallback model, whose attempts number on from the ones made; a client error is
-answered at once.
+in a provider failure (429, 500, 502, 503, 504, a timeout, a connection reset, a
+cut or broken stream: with or without an HTTP status), or found no deployment of
+the model able to take it now (an open breaker, a Retry-After), is forwarded to
+the next fallback model, whose attempts number on from the ones made; a client
+error is answered at once.
 
 Rate and budget nodes count in the route's own state, on the route clock, so
 every worker answers alike and replay re-derives them: a rate node counts the
@@ -42,11 +44,11 @@ from app.routing.graph import (
     Path,
     RateCheck,
     RequestFacts,
-    fallback_after,
     walk,
 )
 from app.routing.policy import Policy
-from app.routing.state import RouteState
+from app.routing.reliability import moves_on
+from app.routing.state import RouteState, evolve_route
 from app.routing.steps import Step
 from app.understanding.guardrails import RateWindow, admit
 
@@ -132,9 +134,9 @@ def fall_back(
     no fallback applies)."""
     trace = accepted.dynamic
     error = response.error
-    if trace is None or not trace.fallbacks or error is None or error.http_status is None:
+    if trace is None or not trace.fallbacks or error is None or response.status != "error":
         return None
-    if response.status != "error" or not fallback_after(error.http_status):
+    if not moves_on(error.type, error.http_status):
         return None
     following = trace.model_copy(
         update={
@@ -191,12 +193,14 @@ def _to_target(
         route = accepted.route if accepted.route in routes else routes[0]
         pinned = target
     steered = accepted.model_copy(update={"pinned": pinned, "dynamic": trace})
+    offset = max(position, state.forwarded_through + 1)
+    state = evolve_route(state, forwarded_through=offset)
     forwarded = steered.model_copy(
         update={
             "id": derived_id("forward", accepted.request.request_id, trace.attempt_base, route),
             "route": route,
             "source": LogPosition(
-                topic=f"{FORWARD_SOURCE}.{accepted.route}", partition=0, offset=position
+                topic=f"{FORWARD_SOURCE}.{accepted.route}", partition=0, offset=offset
             ),
             "dynamic": trace.model_copy(update={"forwarded_from": accepted.route}),
         }

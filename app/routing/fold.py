@@ -66,6 +66,7 @@ from app.routing.dynamic import count_spend, fall_back
 from app.routing.feedback import apply_outcome
 from app.routing.grading import apply_grade
 from app.routing.policy import Policy
+from app.routing.reliability import mendable
 from app.routing.state import (
     NEW_ARM,
     Ledger,
@@ -246,6 +247,7 @@ def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: P
         policy,
         carrier=parked.carrier,
         waits=parked.waits + 1,
+        again=parked.again,
     )
     assert isinstance(step, Step)  # only a request on the line is left waiting
     return step
@@ -341,7 +343,10 @@ def _answer_or_retry(
         )
         response = error_response(outcome.request_id, outcome.attempt, state.clock, error)
         return Step(state, responses=[response])
-    step = route(state, event.retry, outcome.attempt + 1, event.tried, policy, carrier=position)
+    again = (outcome.deployment,) if mendable(outcome.status_class, outcome.http_status) else ()
+    step = route(
+        state, event.retry, outcome.attempt + 1, event.tried, policy, carrier=position, again=again
+    )
     assert isinstance(step, Step)  # only a request on the line is left waiting
     if step.responses:
         # Nothing left to try: the requester gets the last attempt's error.

@@ -9,16 +9,14 @@ request's session id, else its prompt-cache key, else its request id, with SHA-2
 so a conversation takes the same branch on every worker, after every restart and
 every reload that leaves the split's branches and salt unchanged.
 
-Fallback models (seed 004, "Comportement des solutions de repli"): after a failure
-with a retriable status (:func:`fallback_after`: 429, 500, 502, 503, 504) the
-caller re-runs the whole policy and selection for :func:`next_fallback`'s model;
-a client error is returned at once.
+Fallback models: the path's model node lists them; the fold forwards a request
+to the next one after a provider failure (:func:`app.routing.dynamic.fall_back`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
@@ -42,8 +40,6 @@ from app.route_graph import (
 )
 from app.understanding.domains import DOMAIN_ORDER
 
-#: Seed 004: the statuses after which the next fallback model is tried.
-FALLBACK_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: ``task_type`` of a request in no domain.
 GENERAL_DOMAIN = "general"
 
@@ -261,20 +257,6 @@ def branch_at(node: SplitNode, bucket: int) -> Branch:
         if bucket < upper:
             return branch
     return node.branches[-1]
-
-
-def fallback_after(status: int) -> bool:
-    """Whether a failure with this HTTP status moves on to the next fallback model."""
-    return status in FALLBACK_STATUSES
-
-
-def next_fallback(path: Path, tried_models: Collection[str]) -> str | None:
-    """The first of the model node's fallback models not yet tried (None: none left, or
-    the path ended in a refusal). The caller checks :func:`fallback_after` first."""
-    model = path.model
-    if model is None:
-        return None
-    return next((m for m in model.fallback_models if m not in tried_models), None)
 
 
 def check_against(routes: DynamicRoutes, config: RoutingConfig) -> None:

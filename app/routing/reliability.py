@@ -71,6 +71,42 @@ def is_retriable(status_class: StatusClass, http_status: int | None) -> bool:
     return ACCOUNTING[status_class].retriable
 
 
+#: The classes an error response's ``type`` names when a provider's result ended it.
+PROVIDER_RESULT_TYPES = frozenset(status.value for status in StatusClass)
+
+
+def moves_on(error_type: str, http_status: int | None) -> bool:
+    """Whether an error answer is a provider failure another model may rescue: every
+    retriable result (429, 5xx of the seed's list, timeouts, connection errors, broken
+    or cut streams, with or without an HTTP status), or a route that had no deployment
+    left to try (503). A client error, a refusal or a passed deadline is not."""
+    if error_type in PROVIDER_RESULT_TYPES:
+        return is_retriable(StatusClass(error_type), http_status)
+    return error_type == NO_DEPLOYMENT_AVAILABLE
+
+
+#: Failures a retry on the same deployment may mend (after the backoff, or its
+#: Retry-After): it answered, or dropped the connection. A timeout is not among them: a
+#: silent deployment is not asked again before another candidate has been.
+MENDABLE = frozenset(
+    {
+        StatusClass.RATE_LIMITED,
+        StatusClass.SERVER_ERROR,
+        StatusClass.CONNECTION_ERROR,
+        StatusClass.BAD_RESPONSE,
+    }
+)
+
+
+def mendable(status_class: StatusClass, http_status: int | None) -> bool:
+    """Whether the same deployment may be tried again after this failure."""
+    return status_class in MENDABLE and is_retriable(status_class, http_status)
+
+
+#: The error type of an attempt no deployment of its route could take.
+NO_DEPLOYMENT_AVAILABLE = "no_deployment_available"
+
+
 def ends_request(
     attempt: int,
     max_attempts: int,

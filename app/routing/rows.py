@@ -73,6 +73,8 @@ def to_row(state: RouteState) -> Row:
         row["node_spend"] = {k: [p, usd] for k, (p, usd) in state.node_spend.items()}
     if state.affinity:  # issue 14
         row["affinity"] = {k: [p.deployment, p.until, p.started] for k, p in state.affinity.items()}
+    if state.forwarded_through >= 0:
+        row["forwarded_through"] = state.forwarded_through
     return row
 
 
@@ -202,7 +204,7 @@ def _evidence_row(e: Evidence) -> Row:
 
 
 def _parked_row(p: Parked) -> Row:
-    return {
+    row: Row = {
         "request_id": p.request_id,
         "attempt": p.attempt,
         "carrier": p.carrier,
@@ -211,6 +213,9 @@ def _parked_row(p: Parked) -> Row:
         "retry_at": p.retry_at,
         "waits": p.waits,
     }
+    if p.again:  # absent from rows that never had one (older rows read the same)
+        row["again"] = list(p.again)
+    return row
 
 
 # --------------------------------------------------------------------------- from a row
@@ -271,6 +276,7 @@ def from_row(row: Mapping[str, Any]) -> RouteState:
             k: Pin(str(d), float(u), float(s))
             for k, (d, u, s) in (row.get("affinity") or {}).items()
         },
+        forwarded_through=int(row.get("forwarded_through", -1)),
     )
 
 
@@ -341,4 +347,5 @@ def _parked(row: Mapping[str, Any]) -> Parked:
         tried=[str(t) for t in row.get("tried") or []],
         retry_at=float(row["retry_at"]),
         waits=int(row.get("waits", 0)),
+        again=[str(t) for t in row.get("again") or []],
     )

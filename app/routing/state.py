@@ -173,6 +173,8 @@ class Parked:
     #: Route-clock time of the next look (backoff); how many looks found nothing yet.
     retry_at: float
     waits: int = 0
+    #: Deployments of ``tried`` it may try again (their failure may mend: a 429, a 5xx).
+    again: list[str] = field(default_factory=list)
 
 
 @record
@@ -291,6 +293,11 @@ class RouteState:
     node_spend: dict[str, tuple[str, float]] = field(default_factory=dict)
     #: Issue 14: cache/session affinity pins by key (app/routing/affinity.py); bounded.
     affinity: dict[str, Pin] = field(default_factory=dict)
+    #: The source offset of the last request this route forwarded (to a dynamic route's
+    #: model or a fallback model; -1: none): each forward takes the next one, at least
+    #: its position, so the target's copy watermark (``accepted_through``) sees them in
+    #: the order they were sent, however many one position sends.
+    forwarded_through: int = -1
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)
