@@ -5,7 +5,8 @@ embedded stack (simulated seed-003 providers, time-compressed), kills the
 worker with SIGKILL ``--kills`` times at even intervals and restarts it at
 once (same local state directory). Then checks, from the topics alone:
 every request answered, how many responses were duplicates, and whether the
-bandit's total pulls equal the number of distinct attempt outcomes.
+bandit's total pulls equal the number of distinct attempt outcomes that are not
+neutral (seed 004's accounting: a client error, a 429, a passed deadline is no pull).
 
 Every unanswered request gets its trail printed: each record that names it on
 every topic (partition, offset, log time relative to the start of the run),
@@ -74,6 +75,15 @@ async def _total_pulls(port: str) -> int:
     return sum(arm["pulls"] for route in stats.values() for arm in route.values())
 
 
+def _neutral(status_class: object) -> bool:
+    from app.events import StatusClass
+    from app.routing.reliability import ACCOUNTING, Availability
+
+    known = {s.value: s for s in StatusClass}
+    status = known.get(str(status_class))
+    return status is not None and ACCOUNTING[status].availability is Availability.NEUTRAL
+
+
 async def crash(args: argparse.Namespace) -> dict[str, Any]:
     from app.client import all_answered, read_topics
     from app.embedded.stack import EmbeddedStack
@@ -96,9 +106,9 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
             timeout_s=300,
         )
         port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
-        # An ``expired`` outcome (the deadline passed: no call) is never a pull.
+        # A neutral outcome (a passed deadline, a client error, a 429) is never a pull.
         outcome_ids = {
-            o["id"] for o in records[topics.outcomes] if o.get("status_class") != "expired"
+            o["id"] for o in records[topics.outcomes] if not _neutral(o.get("status_class"))
         }
         pulls = 0
         for _ in range(60):

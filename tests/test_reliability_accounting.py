@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from factories import (
     T0,
@@ -41,7 +43,8 @@ def test_429_does_not_move_breaker_but_counts_rate_limits() -> None:
     assert after.breaker == Breaker(failures=2)
     assert after.rate_limited == 1
     assert after.in_flight == 0
-    assert after.pulls == 11
+    # A capacity signal, not a verdict on the deployment: no pull, no reward, no beta.
+    assert (after.pulls, after.total_reward, after.beta) == (10, 5.0, 1.0)
     # Neither a failure nor a success: five in a row do not open it, from 4 failures either.
     pol = policy(provider("a"))
     state = arm(10, 0.5, breaker=Breaker(failures=4))
@@ -51,6 +54,19 @@ def test_429_does_not_move_breaker_but_counts_rate_limits() -> None:
         )
     assert state.breaker == Breaker(failures=4)
     assert state.rate_limited == 5
+
+
+@pytest.mark.parametrize("http_status", [400, 403, 413, 422])
+def test_client_errors_teach_the_bandit_nothing(http_status: int) -> None:
+    """The request's fault: UCB1's mean, Thompson's posterior, the latency EMA, the
+    breaker and the adaptive sums are as before; only the slot is free again."""
+    pol = policy(provider("a"))
+    before = arm(10, 0.5, in_flight=1, latency=2.0, breaker=Breaker(failures=2))
+    result = outcome(
+        "r", dep("a"), T0 + 5, status=StatusClass.CLIENT_ERROR, http_status=http_status
+    )
+    after = apply_outcome(before, result, T0 + 5, pol)
+    assert after == replace(before, in_flight=0)
 
 
 @pytest.mark.parametrize("http_status", [401, 402, 404])

@@ -46,7 +46,8 @@ class Decision(Envelope):
     #: Routing-log offset of the event this decision was computed at.
     state_version: int
     propensity: float
-    #: Why the chosen deployment won: "score", "untried_first" or "half_open_probe".
+    #: Why the chosen deployment won: "score", "untried_first", "half_open_probe",
+    #: "retry_same_deployment" (a retry of the deployment that failed), "auto", "affinity".
     selection_rule: str = "score"
     #: Seed 000 §6: the detected domain, and how it narrowed the candidates
     #: (``specialists``, ``fallback_generalists``, ``no_domain``, ``all_providers``, ``pinned``).

@@ -1,4 +1,10 @@
-"""Fold one attempt outcome into its arm: bandit, latency EMA and EWMAs, breaker, rate limits."""
+"""Fold one attempt outcome into its arm: bandit, latency EMA and EWMAs, breaker, rate limits.
+
+Seed 004's reliability accounting decides what an outcome may teach: a neutral one (a
+client error, a 429, a passed deadline) frees its slot and is counted apart, and
+moves neither the bandit (pulls, rewards, Thompson's beta) nor the latency averages
+nor the breaker.
+"""
 
 from __future__ import annotations
 
@@ -19,21 +25,16 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         # free again, and nothing is learnt or held against the deployment (issue 17).
         return evolve_arm(arm, in_flight=in_flight)
     availability = ACCOUNTING[status].availability
+    if availability is Availability.NEUTRAL:
+        return _neutral(arm, outcome, in_flight, now)
     alpha, beta = bandit.thompson_update(arm.alpha, arm.beta, outcome.reward)
-    health = arm
-    if availability is not Availability.NEUTRAL:
-        health = _health(arm, outcome, availability, now, policy)
+    health = _health(arm, outcome, availability, now, policy)
     tokens_per_s, throughput_samples = arm.tokens_per_s, arm.throughput_samples
     if status is StatusClass.SUCCESS:
         sample = throughput_sample(outcome.tokens_out, outcome.latency_ms)
         if sample is not None:
             tokens_per_s = ema_throughput(arm.tokens_per_s, sample, arm.throughput_samples)
             throughput_samples += 1
-    rate_limited, retry_after_until = arm.rate_limited, arm.retry_after_until
-    if status is StatusClass.RATE_LIMITED:
-        rate_limited += 1
-        if outcome.retry_after_s:
-            retry_after_until = max(retry_after_until, now + outcome.retry_after_s)
     # Positional, in ArmState's field order (a keyword call costs twice as much).
     return ArmState(
         arm.pulls + 1,  # pulls
@@ -43,8 +44,8 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         health.avg_latency_s,
         health.latency_samples,
         in_flight,
-        rate_limited,
-        retry_after_until,
+        arm.rate_limited,
+        arm.retry_after_until,
         health.breaker,
         health.ewma_failure,
         health.ewma_latency_ms,
@@ -54,6 +55,23 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         _recent(arm, outcome, availability, health.breaker, now, policy),  # recent
         # Issue 10: answers and their real cost, per context bucket (quality comes with grades).
         evidence.observe_outcome(arm.evidence, outcome, policy),
+    )
+
+
+def _neutral(arm: ArmState, outcome: Outcome, in_flight: int, now: float) -> ArmState:
+    """A result that says nothing of the deployment's worth or health (a client error, a
+    429): no pull, no reward, no latency or breaker change; a 429 is a capacity signal,
+    counted apart, and its Retry-After keeps the deployment out until it ends."""
+    if outcome.status_class is not StatusClass.RATE_LIMITED:
+        return evolve_arm(arm, in_flight=in_flight)
+    retry_after_until = arm.retry_after_until
+    if outcome.retry_after_s:
+        retry_after_until = max(retry_after_until, now + outcome.retry_after_s)
+    return evolve_arm(
+        arm,
+        in_flight=in_flight,
+        rate_limited=arm.rate_limited + 1,
+        retry_after_until=retry_after_until,
     )
 
 
