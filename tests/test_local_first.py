@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,12 +12,13 @@ from aiohttp import web
 from factories import T0, accepted, finished, fold, outcome
 
 from app.config import parse_config
-from app.events import ChatMessage, ChatRequest, StatusClass
+from app.events import ChatMessage, ChatRequest, ProviderPreferences, StatusClass
 from app.execution.call import call_provider, confidence_of
 from app.execution.http import make_client
 from app.execution.outcome import is_final
 from app.routing.policy import Policy
 from app.routing.reliability import ends_request
+from app.routing.state import NEW_ARM, Breaker, BreakerPhase
 from app.settings import RoutingParams
 
 LOCAL = "local-smol:smollm2"
@@ -159,3 +161,62 @@ def test_a_failed_local_attempt_hands_the_request_on(
     assert not ends_request(1, 3, status, http_status, confidence=None, min_confidence=0.75)
     assert ends_request(2, 3, StatusClass.CLIENT_ERROR, 400)
     assert ends_request(3, 3, status, http_status, min_confidence=0.75)  # no attempt left
+
+
+# --------------------------------------------------------------------------- never stranded
+
+
+def _local_arm(**changes: Any) -> Any:
+    return replace(NEW_ARM, **changes)
+
+
+def _with_local(run: Any, **changes: Any) -> Any:
+    return replace(run.state, arms={**run.state.arms, LOCAL: _local_arm(**changes)})
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"breaker": "open"}, "local_breaker_not_closed"),
+        ({"in_flight": 10_000}, "local_busy"),
+        ({"retry_after_until": T0 + 60}, "local_retry_after"),
+    ],
+)
+def test_a_local_model_that_cannot_answer_now_is_skipped_at_once(
+    changes: dict[str, Any], reason: str
+) -> None:
+    """Open breaker, full slots, a Retry-After: the cloud takes attempt 1 when the request
+    arrives, with the route's every attempt; nothing waits for the local model."""
+    if changes.get("breaker") == "open":
+        changes = {"breaker": Breaker(state=BreakerPhase.OPEN, failures=5, last_failure_time=T0)}
+    start = fold([], POLICY)
+    state = _with_local(start, **changes)
+    run = fold([accepted("s1", T0 + 1)], POLICY, state)
+    (dispatch,) = run.dispatches
+    assert dispatch.decision.deployment == "openai-x:gpt"
+    assert dispatch.decision.attempt == 1 and dispatch.min_confidence is None
+    assert (LOCAL, reason) in {(e.deployment, e.reason) for e in dispatch.decision.excluded}
+    assert dispatch.max_attempts == POLICY.max_attempts("chat")
+    assert run.state.parked == {} and run.state.line.waiting == 0
+
+
+def test_the_request_s_provider_lists_can_leave_the_local_model_out() -> None:
+    event = accepted("s2", T0)
+    body = event.request.model_copy(update={"provider": ProviderPreferences(ignore=["local-smol"])})
+    run = fold([event.model_copy(update={"request": body})], POLICY)
+    (dispatch,) = run.dispatches
+    assert dispatch.decision.deployment == "openai-x:gpt"
+    assert (LOCAL, "provider_ignored") in {
+        (e.deployment, e.reason) for e in dispatch.decision.excluded
+    }
+
+
+def test_an_unsure_local_answer_leaves_the_cloud_all_its_attempts() -> None:
+    request = accepted("r1", T0)
+    run = fold([request], POLICY)
+    assert run.dispatches[0].max_attempts == POLICY.max_attempts("chat") + 1
+    unsure = finished(_local_outcome(0.4, final=False), retry=request)
+    cloud = fold([unsure], POLICY, run.state)
+    (dispatch,) = cloud.dispatches
+    # Attempt 2 is the cloud's first: the cloud has max_attempts of its own.
+    assert dispatch.max_attempts == POLICY.max_attempts("chat") + 1

@@ -16,7 +16,7 @@ from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted
 from app.routing import affinity, auto, parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.budget_route import ask_first
-from app.routing.candidates import CandidatePlan, plan_candidates, tenant_policy
+from app.routing.candidates import CandidatePlan, local_arm, plan_candidates, tenant_policy
 from app.routing.context import level_index
 from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
@@ -136,7 +136,7 @@ def route(
     request_id = accepted.request.request_id
     plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
     if plan is None:
-        plan = plan_candidates(accepted, policy, attempt, tried)
+        plan = plan_candidates(accepted, policy, attempt, tried, state)
     if plan.refusal is not None:
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
@@ -238,7 +238,7 @@ def route(
         decision=decision,
         accepted=accepted,
         timeout_s=chosen.provider.timeout_ms / 1000.0,
-        max_attempts=_attempt_limit(accepted, attempt, policy),
+        max_attempts=_attempt_limit(accepted, attempt, plan, tried, policy),
         min_confidence=plan.min_confidence,
         tried=list(tried),
         not_before=state.clock + backoff_s(request_id, attempt, policy),
@@ -247,13 +247,31 @@ def route(
     return Step(state, dispatches=[dispatch])
 
 
-def _attempt_limit(accepted: RequestAccepted, attempt: int, policy: Policy) -> int:
+def _attempt_limit(
+    accepted: RequestAccepted,
+    attempt: int,
+    plan: CandidatePlan,
+    tried: Collection[str],
+    policy: Policy,
+) -> int:
     """The number of the route's last attempt at this request, as the executor counts
     (from the request's first attempt on the route: a fallback model's number on). With
     a fallback model left, a retriable failure is never the request's last answer
     (:func:`app.routing.dynamic.fall_back` takes it)."""
-    limit = first_attempt(accepted) - 1 + policy.max_attempts(accepted.route)
+    local_now = plan.min_confidence is not None
+    limit = first_attempt(accepted) - 1 + attempts_allowed(accepted, tried, policy, local_now)
     return max(limit, attempt + 1) if has_fallback(accepted) else limit
+
+
+def attempts_allowed(
+    accepted: RequestAccepted, tried: Collection[str], policy: Policy, local_now: bool = False
+) -> int:
+    """The route's ``max_attempts``, plus one when the local-first deployment took (or
+    is taking: ``local_now``) the request's first attempt: not confident, or failing, it
+    hands over without using one of the cloud's attempts."""
+    local = local_arm(accepted, policy)
+    took = local is not None and (local_now or local.deployment in tried)
+    return policy.max_attempts(accepted.route) + (1 if took else 0)
 
 
 def has_fallback(accepted: RequestAccepted) -> bool:

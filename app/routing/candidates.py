@@ -22,10 +22,13 @@ from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_i
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.records import record
+from app.routing.state import BreakerPhase, RouteState
 from app.understanding.domains import DomainCandidates, domain_candidates, is_generalist
 from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
 
 NO_TENANT_POLICY = TenantPolicy()
+#: A route that has seen nothing yet (every deployment closed and idle).
+NO_STATE = RouteState()
 
 
 @record
@@ -110,18 +113,42 @@ def _pinned(
     )
 
 
-def _local_first(
-    accepted: RequestAccepted, policy: Policy, mode: ModeChoice
-) -> CandidatePlan | None:
+def local_arm(accepted: RequestAccepted, policy: Policy) -> Arm | None:
+    """The route's local-first deployment, if it has one."""
     route = policy.config.routes.get(accepted.route)
     if route is None or route.local_first is None:
         return None
     local = policy.config.provider_by_id[route.local_first.provider]
-    arm = Arm(deployment_id(local.id, local.default_model), local, local.default_model)
+    return Arm(deployment_id(local.id, local.default_model), local, local.default_model)
+
+
+def local_unready(arm: Arm, lists: ProviderLists, state: RouteState) -> str | None:
+    """Why the local deployment cannot take the request now (None: it can): the
+    request's lists leave it out, its breaker is not closed, it is busy or cooling down.
+    Never waited for: the cloud takes the request at once."""
+    if lists.only is not None and arm.provider.id not in lists.only:
+        return "provider_not_in_only"
+    if arm.provider.id in lists.ignore:
+        return "provider_ignored"
+    arm_state = state.arm(arm.deployment)
+    if arm_state.breaker.state is not BreakerPhase.CLOSED:
+        return "local_breaker_not_closed"
+    if arm_state.in_flight >= arm.provider.max_concurrency:
+        return "local_busy"
+    if arm_state.retry_after_until > state.clock:
+        return "local_retry_after"
+    return None
+
+
+def _local_first(
+    accepted: RequestAccepted, policy: Policy, mode: ModeChoice, arm: Arm
+) -> CandidatePlan:
+    route = policy.config.routes[accepted.route]
+    assert route.local_first is not None
     others = [
         Exclusion(deployment=deployment_id(p.id, p.default_model), reason="local_first")
         for p in policy.config.route_providers(accepted.route)
-        if p.id != local.id
+        if p.id != arm.provider.id
     ]
     return CandidatePlan(
         [arm], others, "local_first", None, mode, min_confidence=route.local_first.threshold
@@ -174,7 +201,12 @@ def plan_candidates(
     policy: Policy,
     attempt: int = 1,
     tried: Collection[str] = (),
+    state: RouteState = NO_STATE,
 ) -> CandidatePlan:
+    """The candidates of an attempt. On a local-first route the local deployment alone
+    takes attempt 1 when it can now (``state``: the route's); otherwise, and for every
+    later attempt, the cloud deployments do, without it (it answers only under its
+    confidence gate)."""
     providers = _route_providers(policy, accepted.route)
     preset = tenant_policy(accepted, policy)
     mode = _mode(accepted, preset, policy)
@@ -182,14 +214,22 @@ def plan_candidates(
         return _refused(f"invalid model id: {accepted.model_error}", "invalid_model", mode)
     if accepted.pinned:
         return _pinned(accepted, providers, mode)
-    local = _local_first(accepted, policy, mode) if attempt == 1 else None
-    if local is not None:
-        return local
     lists = _merged_lists(preset, accepted)
     excluded: list[Exclusion] = []
+    local = local_arm(accepted, policy)
+    if local is not None:
+        unready: str | None
+        if attempt > 1:  # asked first only, under its confidence gate
+            unready = "already_tried" if local.deployment in tried else "local_first_only"
+        else:
+            unready = local_unready(local, lists, state)
+        if unready is None:
+            return _local_first(accepted, policy, mode, local)
+        excluded.append(Exclusion(deployment=local.deployment, reason=unready))
+        providers = [p for p in providers if p.id != local.provider.id]
     kept: list[ProviderConfig] = []
     whole: str | None = None
-    if lists.only is None and not lists.ignore:
+    if lists.only is None and not lists.ignore and local is None:
         kept, whole = providers, accepted.route
     for provider in providers if whole is None else ():
         reason = None

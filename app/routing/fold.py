@@ -51,7 +51,13 @@ from app.events import (
     RoutingLogEvent,
 )
 from app.routing import affinity, budget
-from app.routing.admission import LOST_ATTEMPT_GRACE_S, first_attempt, route, take_request
+from app.routing.admission import (
+    LOST_ATTEMPT_GRACE_S,
+    attempts_allowed,
+    first_attempt,
+    route,
+    take_request,
+)
 from app.routing.answers import (
     at,
     backoff_s,
@@ -333,7 +339,12 @@ def _answer_or_retry(
 ) -> Step:
     outcome = event.outcome
     made = outcome.attempt - (first_attempt(event.retry) - 1 if event.retry else 0)
-    last_try = made >= policy.max_attempts(outcome.route)
+    allowed = (
+        attempts_allowed(event.retry, event.tried, policy)
+        if event.retry
+        else policy.max_attempts(outcome.route)
+    )
+    last_try = made >= allowed
     if event.retry is None or outcome.final or last_try:
         return Step(state, responses=[final_response(event, state.clock)])
     if state.clock >= deadline_of(event.retry, policy):
