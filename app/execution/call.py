@@ -6,12 +6,14 @@ here from fixed words, HTTP statuses, short provider error codes and exception
 class names, never from exception text or headers, and are scrubbed of the API
 key besides, so they are safe to publish on ``llm.outcomes``.
 
+The provider's ``ttft_timeout_ms`` bounds the wait for the response headers
+(:mod:`app.execution.limits`).
+
 :mod:`app.execution.outcome` turns a result into the attempt's outcome and feedback.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -23,6 +25,7 @@ import httpx
 
 from app.config import ProviderConfig
 from app.events import ChatRequest, StatusClass
+from app.execution.limits import CallLimits
 from app.execution.outcome import CallResult as CallResult  # what call_provider returns
 from app.execution.retry_after import parse_retry_after
 from app.routing.reliability import classify_http_status
@@ -58,7 +61,8 @@ async def call_provider(
     """POST ``{base_url}/chat/completions`` and classify the answer.
 
     ``timeout_s`` bounds the whole call (connect, send, wait, read the body),
-    not just each network operation.
+    not just each network operation; the provider's ``ttft_timeout_ms``, when set,
+    the wait for the response headers.
     """
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -68,16 +72,24 @@ async def call_provider(
             StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
         )
     started = time.perf_counter()
+    limits = CallLimits(timeout_s, ttft_s=provider.ttft_timeout_s)
     try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.post(
+        async with (
+            limits.timer(),
+            client.stream(
+                "POST",
                 chat_completions_url(provider.base_url),
                 json=request_body(model, request, logprobs),
                 headers=auth_headers(key),
                 timeout=timeout_s,
-            )
-    except (httpx.TimeoutException, TimeoutError):
+            ) as response,
+        ):
+            limits.headers()
+            await response.aread()
+    except httpx.TimeoutException:
         return _failure(StatusClass.TIMEOUT, f"timeout after {timeout_s:g}s", started, key)
+    except TimeoutError:
+        return _failure(StatusClass.TIMEOUT, limits.error(), started, key)
     except httpx.DecodingError as exc:  # a body that does not decode as its Content-Encoding
         return _failure(StatusClass.BAD_RESPONSE, type(exc).__name__, started, key)
     except httpx.TransportError as exc:
@@ -150,7 +162,7 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
             classify_http_status(status),
             status,
             latency_ms,
-            error=scrub(_http_error(status, response.content), key),
+            error=scrub(_http_error(status, _json_object(response.content)), key),
             retry_after_s=parse_retry_after(response.headers),
         )
     body = _json_object(response.content)
@@ -231,14 +243,13 @@ def has_answer(message: dict[str, Any]) -> bool:
     )
 
 
-def _http_error(status: int, content: bytes) -> str:
+def _http_error(status: int, body: dict[str, Any] | None) -> str:
     """``HTTP 429``, plus the provider's error code when it is a plain identifier."""
-    code = _provider_error_code(content)
+    code = _provider_error_code(body)
     return f"HTTP {status} ({code})" if code else f"HTTP {status}"
 
 
-def _provider_error_code(content: bytes) -> str | None:
-    body = _json_object(content)
+def _provider_error_code(body: dict[str, Any] | None) -> str | None:
     error = body.get("error") if body else None
     if not isinstance(error, dict):
         return None

@@ -22,7 +22,11 @@ from typing import Any
 
 from app.config import ProviderConfig
 from app.events import AttemptFinished, Dispatch, Outcome, StatusClass, derived_id
+from app.execution.limits import FIRST_TOKEN, IDLE
 from app.routing.reliability import ends_request, is_retriable
+
+#: The first words of a timeout's error when a limit shorter than the whole call's ended it.
+SHORTER_LIMITS = (f"{FIRST_TOKEN} ", f"{IDLE} ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +65,16 @@ def blame_deadline(result: CallResult, *, timeout_s: float, left_s: float) -> Ca
     """``expired`` for a call the request deadline cut short, else the result unchanged.
 
     The call had ``left_s`` before the deadline; when that was less than the
-    provider's ``timeout_s`` and the call timed out (no HTTP answer), the deadline
-    ended it, not the provider: nothing counts against the provider.
+    provider's ``timeout_s`` and the whole call timed out (no HTTP answer), the
+    deadline ended it, not the provider: nothing counts against the provider. A
+    first-token or idle limit that ended it is the provider's ``timeout`` (such a limit
+    is only named when it falls before the call's end, the deadline's cut included).
     """
     cut_short = left_s < timeout_s
-    if cut_short and result.status_class is StatusClass.TIMEOUT and result.http_status is None:
+    # The first-token and idle limits are the provider's own, deadline or not.
+    whole_call = not (result.error or "").startswith(SHORTER_LIMITS)
+    timed_out = result.status_class is StatusClass.TIMEOUT and result.http_status is None
+    if cut_short and timed_out and whole_call:
         return replace(
             result,
             status_class=StatusClass.EXPIRED,
