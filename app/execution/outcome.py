@@ -21,7 +21,15 @@ from datetime import datetime
 from typing import Any
 
 from app.config import ProviderConfig
-from app.events import AttemptFinished, Dispatch, Outcome, StatusClass, derived_id
+from app.events import (
+    CONTEXT_LENGTH_EXCEEDED,
+    AttemptFinished,
+    Dispatch,
+    Outcome,
+    StatusClass,
+    derived_id,
+    refusal_code,
+)
 from app.execution.limits import FIRST_TOKEN, IDLE
 from app.routing.reliability import ends_request, is_retriable
 
@@ -102,12 +110,27 @@ def reward(status_class: StatusClass) -> float:
     return 1.0 if status_class is StatusClass.SUCCESS else 0.0
 
 
+def retriable(result: CallResult) -> bool:
+    """Whether the request may be tried on another deployment after this result.
+
+    The accounting table's rule (:func:`app.routing.reliability.is_retriable`), and a
+    prompt the model's context window cannot hold: a ``client_error`` another model
+    may take (never this deployment again: the fold does not pick a tried one).
+    """
+    if refusal_code(result.error) == CONTEXT_LENGTH_EXCEEDED:
+        return result.status_class is StatusClass.CLIENT_ERROR
+    return is_retriable(result.status_class, result.http_status)
+
+
 def is_final(dispatch: Dispatch, result: CallResult) -> bool:
     """True unless the attempt failed in a retriable way, or a local-first answer was not
     confident enough, and attempts remain."""
+    attempt, max_attempts = dispatch.decision.attempt, dispatch.max_attempts
+    if dispatch.min_confidence is None and retriable(result):
+        return attempt >= max_attempts
     return ends_request(
-        dispatch.decision.attempt,
-        dispatch.max_attempts,
+        attempt,
+        max_attempts,
         result.status_class,
         result.http_status,
         confidence=result.confidence,
@@ -155,7 +178,7 @@ def build_outcome(
         cost_usd=cost_usd(provider, result.tokens_in, result.tokens_out, result.tokens_cached),
         reward=earned,
         finish_reason=result.finish_reason,
-        retriable=is_retriable(result.status_class, result.http_status),
+        retriable=retriable(result),
         final=final,
         error=result.error,
         retry_after_s=result.retry_after_s,

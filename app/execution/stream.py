@@ -10,10 +10,12 @@ count against the deployment's availability (seed 004: "errors after the stream
 started") and are retried elsewhere (a server that ignores ``stream: true`` and
 answers JSON is read as an ordinary answer). Once the finish reason and the usage
 have come, the answer is complete: it is not held back waiting for ``[DONE]``, and a
-stall or a hang-up after the finish reason loses nothing. The chunks are assembled
-into one ordinary OpenAI completion, so the requester's response looks the same
-whether the provider streamed or not (text, tool calls and refusal; UTF-16 surrogate
-halves a provider sent in separate chunks are paired again, a lone one becomes U+FFFD).
+stall or a hang-up after the finish reason loses nothing. A finish reason
+``content_filter`` is a refusal (:mod:`app.execution.refusals`), not a success.
+The chunks are assembled into one ordinary OpenAI completion, so the requester's
+response looks the same whether the provider streamed or not (text, tool calls and
+refusal; UTF-16 surrogate halves a provider sent in separate chunks are paired again,
+a lone one becomes U+FFFD).
 
 With a :class:`DeltaSink` (``stream: true`` requests, issue 12) every piece of the
 answer is also handed to the sink as it comes, without waiting (agents/executor.py
@@ -30,7 +32,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.config import ProviderConfig
-from app.events import ChatRequest, StatusClass
+from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.call import (
     ERROR_FINISH_REASONS,
     CallResult,
@@ -44,6 +46,9 @@ from app.execution.call import (
 )
 from app.execution.limits import CallLimits
 from app.execution.pieces import merge_tool_call, whole_text
+from app.execution.refusals import POLICY_FINISH_REASONS, policy_code_of
+
+CLIENT_ERROR = StatusClass.CLIENT_ERROR
 
 
 class DeltaSink(Protocol):
@@ -183,6 +188,8 @@ async def stream_provider(
             kind = StatusClass.BAD_RESPONSE if started_streaming else StatusClass.CONNECTION_ERROR
             return _failed(kind, f"stream broken: {type(exc).__name__}", started, assembly)
     problem = problem or _check_end(assembly)
+    if problem is not None and problem.status_class is StatusClass.CLIENT_ERROR:
+        return _refused(problem.error, status, started, assembly)
     if problem is not None:
         return _failed(problem.status_class, scrub(problem.error, key), started, assembly)
     completion = assembly.completion()
@@ -216,6 +223,8 @@ def _check_end(assembly: _Assembly) -> _Problem | None:
     reason = assembly.finish_reason
     if reason is None:
         return _Problem("stream ended without a finish reason")
+    if reason in POLICY_FINISH_REASONS:
+        return _Problem(f"{CONTENT_POLICY_VIOLATION}: finish_reason {reason}", CLIENT_ERROR)
     if reason in ERROR_FINISH_REASONS:
         return _Problem(f"finish_reason {reason}")
     if not assembly.answered:
@@ -245,6 +254,9 @@ async def _read_events(
         if not isinstance(chunk, dict):
             return _MALFORMED
         if "error" in chunk:
+            code = policy_code_of(chunk["error"])
+            if code is not None:
+                return _Problem(f"{code}: error event in stream", CLIENT_ERROR)
             return _Problem("error event in stream")
         limits.event(assembly.take(chunk, _ms(started)))
         if assembly.finish_reason is not None and assembly.usage is not None:
@@ -278,3 +290,19 @@ def _ms(started: float) -> float:
 
 def _failed(kind: StatusClass, error: str, started: float, assembly: _Assembly) -> CallResult:
     return CallResult(kind, None, _ms(started), error=error, first_token_ms=assembly.first_token_ms)
+
+
+def _refused(error: str, status: int, started: float, assembly: _Assembly) -> CallResult:
+    """A stream a content policy cut: the request's doing; its tokens were still used."""
+    usage = usage_of(assembly.usage)
+    return CallResult(
+        StatusClass.CLIENT_ERROR,
+        status,
+        _ms(started),
+        tokens_in=usage.tokens_in,
+        tokens_out=usage.tokens_out,
+        tokens_cached=usage.tokens_cached,
+        finish_reason=assembly.finish_reason,
+        error=error,
+        first_token_ms=assembly.first_token_ms,
+    )

@@ -22,9 +22,8 @@ from call_helpers import MODEL, ScriptedServer, chat, completion, dispatch, prov
 from app.config import ProviderConfig
 from app.events import StatusClass
 from app.execution.call import call_provider
-from app.execution.outcome import is_final
+from app.execution.outcome import is_final, retriable
 from app.execution.stream import stream_provider
-from app.routing.reliability import is_retriable
 
 USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
 
@@ -113,9 +112,7 @@ async def test_a_first_token_later_than_the_ttft_limit_is_a_timeout(
     assert result.error == "ttft_timeout after 0.2s"
     assert result.http_status is None and result.completion is None
     assert 150.0 <= result.latency_ms < 1500.0  # not the 2 s the token took
-    assert is_retriable(result.status_class, None) and not is_final(
-        dispatch(attempt=1, max_attempts=2), result
-    )
+    assert retriable(result) and not is_final(dispatch(attempt=1, max_attempts=2), result)
 
 
 async def test_reasoning_counts_as_the_first_token(
@@ -185,9 +182,7 @@ async def test_a_stream_stalled_mid_answer_ends_at_the_idle_limit(
     assert result.completion is None and result.first_token_ms is not None
     assert result.latency_ms < 1500.0
     assert sink.text == ["Par"]  # what the requester saw before the stall
-    assert is_retriable(result.status_class, None) and not is_final(
-        dispatch(attempt=1, max_attempts=2), result
-    )
+    assert retriable(result) and not is_final(dispatch(attempt=1, max_attempts=2), result)
 
 
 async def test_steady_chunks_are_never_idle(
@@ -212,7 +207,7 @@ async def test_a_stream_cut_mid_answer_is_a_bad_response(
 
     assert result.status_class is StatusClass.BAD_RESPONSE
     assert result.error is not None and result.error.startswith("stream broken: ")
-    assert is_retriable(result.status_class, None) and result.completion is None
+    assert retriable(result) and result.completion is None
 
 
 async def test_a_stream_ended_without_a_finish_reason_is_a_bad_response(
