@@ -188,10 +188,10 @@ async def test_a_stream_stalled_mid_answer_ends_at_the_idle_limit(
 async def test_steady_chunks_are_never_idle(
     client: httpx.AsyncClient, scripted: ScriptedServer
 ) -> None:
-    steady = [piece("a"), 0.1] * 6  # 0.6 s in all, never 0.25 s without a chunk
+    steady = [piece("a"), 0.1] * 6  # 0.6 s in all, never 0.5 s without a chunk
     script(scripted, ROLE, *steady, piece(finish_reason="stop"), USAGE_EVENT, DONE)
 
-    result = await stream(client, scripted, stream_idle_timeout_ms=250)
+    result = await stream(client, scripted, stream_idle_timeout_ms=500)
 
     assert result.status_class is StatusClass.SUCCESS, result.error
     assert result.completion is not None
