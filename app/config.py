@@ -83,12 +83,34 @@ class ProviderConfig(BaseModel):
     weight_initial: float = Field(default=0.0, ge=0.0)
     p95_latency_baseline_ms: float = Field(default=1000.0, gt=0.0)
     timeout_ms: int = Field(default=30_000, ge=1)
+    #: Longest wait for the first sign of an answer: a stream's first piece (text, tool
+    #: call, refusal or reasoning), a plain call's response headers. None: only
+    #: ``timeout_ms`` bounds it (a reasoning model or a long prompt can take most of it).
+    ttft_timeout_ms: int | None = Field(default=None, ge=1)
+    #: Streams: longest gap between two chunks once the answer has begun. None: only
+    #: ``timeout_ms`` bounds a stalled stream.
+    stream_idle_timeout_ms: int | None = Field(default=10_000, ge=1)
     #: Call with ``stream: true`` to measure time to first token (a cut stream is a failure).
     stream: bool = False
     #: Expected acceptance of an answer (0-1), e.g. from an offline evaluation: the
     #: ``adaptive`` strategy's starting point until outcomes say otherwise.
     quality_prior: float | None = Field(default=None, ge=0.0, le=1.0)
     models: list[ModelSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_time_limits(self) -> ProviderConfig:
+        if self.ttft_timeout_ms is not None and self.ttft_timeout_ms > self.timeout_ms:
+            raise ValueError("ttft_timeout_ms must not exceed timeout_ms")
+        return self
+
+    @property
+    def ttft_timeout_s(self) -> float | None:
+        return None if self.ttft_timeout_ms is None else self.ttft_timeout_ms / 1000.0
+
+    @property
+    def stream_idle_timeout_s(self) -> float | None:
+        ms = self.stream_idle_timeout_ms
+        return None if ms is None else ms / 1000.0
 
     @property
     def default_model(self) -> str:

@@ -101,6 +101,23 @@ class StatusClass(StrEnum):
 #: The error code (and first word of the outcome's error) of an answer too large to be
 #: delivered in a record (app/execution/envelope.py).
 RESPONSE_TOO_LARGE = "response_too_large"
+#: The error code (and first word of the outcome's error) of a request its provider
+#: refused as longer than the model's context window (app/execution/refusals.py): a
+#: ``client_error``, neutral for the provider's health, worth trying on another model.
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+#: The error code (and first word of the outcome's error) of a request or an answer its
+#: provider's content policy rejected (a 4xx ``content_policy_violation`` or
+#: ``content_filter``, or a 2xx whose finish reason is ``content_filter``): a final
+#: ``client_error``, neutral for the provider's health.
+CONTENT_POLICY_VIOLATION = "content_policy_violation"
+#: The first words of an outcome's error that name why the provider refused the request.
+REFUSAL_CODES = frozenset({CONTEXT_LENGTH_EXCEEDED, CONTENT_POLICY_VIOLATION})
+
+
+def refusal_code(error: str | None) -> str | None:
+    """The refusal an outcome's error names first (one of ``REFUSAL_CODES``), else None."""
+    word = (error or "").partition(":")[0]
+    return word if word in REFUSAL_CODES else None
 
 
 class Outcome(Envelope):
@@ -303,10 +320,13 @@ INTERNAL_EVENTS: dict[str, type[BaseModel]] = {
 }
 
 __all__ = [
+    "CONTENT_POLICY_VIOLATION",
+    "CONTEXT_LENGTH_EXCEEDED",
     "INTERNAL_EVENTS",
     "LABEL_SCORES",
     "MAX_GRADE_WEIGHT",
     "PUBLIC_EVENTS",
+    "REFUSAL_CODES",
     "RESPONSE_TOO_LARGE",
     "SCHEMA_VERSION",
     "_ID_NAMESPACE",
@@ -352,5 +372,6 @@ __all__ = [
     "delta_id",
     "derived_id",
     "ledger_key",
+    "refusal_code",
     "route_of",
 ]

@@ -51,11 +51,12 @@ async def slow_provider(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     await client.aclose()
 
 
-def provider(stream: bool = False, path: str = "") -> ProviderConfig:
+def provider(stream: bool = False, path: str = "", ttft_ms: int | None = None) -> ProviderConfig:
     return ProviderConfig(
         id="openai-x",
         base_url=f"http://provider.test/v1{path}",
         stream=stream,
+        ttft_timeout_ms=ttft_ms,
         models=[ModelSpec(name="m")],
     )
 
@@ -135,3 +136,24 @@ async def test_a_408_within_a_cut_budget_is_still_the_provider_s_timeout(stream:
     )
     assert result.status_class is StatusClass.TIMEOUT
     assert result.http_status == 408
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_first_token_limit_within_a_cut_budget_is_the_provider_s_timeout(
+    stream: bool,
+) -> None:
+    """The deadline cut the budget to 2 s, but the provider's 0.2 s first-token limit
+    ended the call: the provider's doing."""
+    result = await executor._call_in_time(
+        dispatch(timeout_s=5.0, deadline_in_s=2.0), provider(stream, ttft_ms=200)
+    )
+    assert result.status_class is StatusClass.TIMEOUT
+    assert result.error == "ttft_timeout after 0.2s"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_deadline_before_the_first_token_limit_is_expired(stream: bool) -> None:
+    result = await executor._call_in_time(
+        dispatch(timeout_s=5.0, deadline_in_s=0.3), provider(stream, ttft_ms=1000)
+    )
+    assert result.status_class is StatusClass.EXPIRED

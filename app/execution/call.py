@@ -6,12 +6,16 @@ here from fixed words, HTTP statuses, short provider error codes and exception
 class names, never from exception text or headers, and are scrubbed of the API
 key besides, so they are safe to publish on ``llm.outcomes``.
 
+A prompt beyond the model's context window and content a policy rejected are
+recognised (:mod:`app.execution.refusals`) and named first in the error
+(``context_length_exceeded: HTTP 400 (...)``). The provider's ``ttft_timeout_ms``
+bounds the wait for the response headers (:mod:`app.execution.limits`).
+
 :mod:`app.execution.outcome` turns a result into the attempt's outcome and feedback.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -22,8 +26,10 @@ from typing import Any, Final
 import httpx
 
 from app.config import ProviderConfig
-from app.events import ChatRequest, StatusClass
+from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
+from app.execution.limits import CallLimits
 from app.execution.outcome import CallResult as CallResult  # what call_provider returns
+from app.execution.refusals import POLICY_FINISH_REASONS, refusal_of
 from app.execution.retry_after import parse_retry_after
 from app.routing.reliability import classify_http_status
 
@@ -58,7 +64,8 @@ async def call_provider(
     """POST ``{base_url}/chat/completions`` and classify the answer.
 
     ``timeout_s`` bounds the whole call (connect, send, wait, read the body),
-    not just each network operation.
+    not just each network operation; the provider's ``ttft_timeout_ms``, when set,
+    the wait for the response headers.
     """
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -68,16 +75,24 @@ async def call_provider(
             StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
         )
     started = time.perf_counter()
+    limits = CallLimits(timeout_s, ttft_s=provider.ttft_timeout_s)
     try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.post(
+        async with (
+            limits.timer(),
+            client.stream(
+                "POST",
                 chat_completions_url(provider.base_url),
                 json=request_body(model, request, logprobs),
                 headers=auth_headers(key),
                 timeout=timeout_s,
-            )
-    except (httpx.TimeoutException, TimeoutError):
+            ) as response,
+        ):
+            limits.headers()
+            await response.aread()
+    except httpx.TimeoutException:
         return _failure(StatusClass.TIMEOUT, f"timeout after {timeout_s:g}s", started, key)
+    except TimeoutError:
+        return _failure(StatusClass.TIMEOUT, limits.error(), started, key)
     except httpx.DecodingError as exc:  # a body that does not decode as its Content-Encoding
         return _failure(StatusClass.BAD_RESPONSE, type(exc).__name__, started, key)
     except httpx.TransportError as exc:
@@ -146,13 +161,7 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
     """The result of a call that got an HTTP response (its body already read)."""
     status = response.status_code
     if not 200 <= status < 300:
-        return CallResult(
-            classify_http_status(status),
-            status,
-            latency_ms,
-            error=scrub(_http_error(status, response.content), key),
-            retry_after_s=parse_retry_after(response.headers),
-        )
+        return _http_failure(response, latency_ms, key)
     body = _json_object(response.content)
     if body is None:
         return CallResult(StatusClass.BAD_RESPONSE, status, latency_ms, error="malformed JSON body")
@@ -160,8 +169,12 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
     problem, finish_reason = _check_completion(body)
     if finish_reason is not None:
         finish_reason = _short(finish_reason, key)
+    status_class = StatusClass.SUCCESS
+    if problem:
+        refused = problem.startswith(CONTENT_POLICY_VIOLATION)  # the request's doing
+        status_class = StatusClass.CLIENT_ERROR if refused else StatusClass.BAD_RESPONSE
     return CallResult(
-        StatusClass.BAD_RESPONSE if problem else StatusClass.SUCCESS,
+        status_class,
         status,
         latency_ms,
         tokens_in=usage.tokens_in,
@@ -171,6 +184,22 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
         completion=None if problem else body,
         error=_short(problem, key) if problem else None,
         confidence=None if problem else confidence_of(body),
+    )
+
+
+def _http_failure(response: httpx.Response, latency_ms: float, key: str) -> CallResult:
+    """A non-2xx answer: its class, the provider's short code, a refusal named first."""
+    status = response.status_code
+    status_class = classify_http_status(status)
+    body = _json_object(response.content)
+    error = _http_error(status, body)
+    refusal = refusal_of(body) if status_class is StatusClass.CLIENT_ERROR else None
+    return CallResult(
+        status_class,
+        status,
+        latency_ms,
+        error=scrub(f"{refusal}: {error}" if refusal else error, key),
+        retry_after_s=parse_retry_after(response.headers),
     )
 
 
@@ -207,6 +236,8 @@ def _check_completion(body: dict[str, Any]) -> tuple[str | None, str | None]:
     finish_reason = first.get("finish_reason")
     if finish_reason is not None and not isinstance(finish_reason, str):
         return "invalid finish_reason", None
+    if finish_reason in POLICY_FINISH_REASONS:  # cut or withheld, whatever was sent
+        return f"{CONTENT_POLICY_VIOLATION}: finish_reason {finish_reason}", finish_reason
     message = first.get("message")
     if not isinstance(message, dict):
         return "missing choices[0].message", finish_reason
@@ -231,14 +262,13 @@ def has_answer(message: dict[str, Any]) -> bool:
     )
 
 
-def _http_error(status: int, content: bytes) -> str:
+def _http_error(status: int, body: dict[str, Any] | None) -> str:
     """``HTTP 429``, plus the provider's error code when it is a plain identifier."""
-    code = _provider_error_code(content)
+    code = _provider_error_code(body)
     return f"HTTP {status} ({code})" if code else f"HTTP {status}"
 
 
-def _provider_error_code(content: bytes) -> str | None:
-    body = _json_object(content)
+def _provider_error_code(body: dict[str, Any] | None) -> str | None:
     error = body.get("error") if body else None
     if not isinstance(error, dict):
         return None

@@ -21,8 +21,20 @@ from datetime import datetime
 from typing import Any
 
 from app.config import ProviderConfig
-from app.events import AttemptFinished, Dispatch, Outcome, StatusClass, derived_id
+from app.events import (
+    CONTEXT_LENGTH_EXCEEDED,
+    AttemptFinished,
+    Dispatch,
+    Outcome,
+    StatusClass,
+    derived_id,
+    refusal_code,
+)
+from app.execution.limits import FIRST_TOKEN, IDLE
 from app.routing.reliability import ends_request, is_retriable
+
+#: The first words of a timeout's error when a limit shorter than the whole call's ended it.
+SHORTER_LIMITS = (f"{FIRST_TOKEN} ", f"{IDLE} ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +73,16 @@ def blame_deadline(result: CallResult, *, timeout_s: float, left_s: float) -> Ca
     """``expired`` for a call the request deadline cut short, else the result unchanged.
 
     The call had ``left_s`` before the deadline; when that was less than the
-    provider's ``timeout_s`` and the call timed out (no HTTP answer), the deadline
-    ended it, not the provider: nothing counts against the provider.
+    provider's ``timeout_s`` and the whole call timed out (no HTTP answer), the
+    deadline ended it, not the provider: nothing counts against the provider. A
+    first-token or idle limit that ended it is the provider's ``timeout`` (such a limit
+    is only named when it falls before the call's end, the deadline's cut included).
     """
     cut_short = left_s < timeout_s
-    if cut_short and result.status_class is StatusClass.TIMEOUT and result.http_status is None:
+    # The first-token and idle limits are the provider's own, deadline or not.
+    whole_call = not (result.error or "").startswith(SHORTER_LIMITS)
+    timed_out = result.status_class is StatusClass.TIMEOUT and result.http_status is None
+    if cut_short and timed_out and whole_call:
         return replace(
             result,
             status_class=StatusClass.EXPIRED,
@@ -93,12 +110,27 @@ def reward(status_class: StatusClass) -> float:
     return 1.0 if status_class is StatusClass.SUCCESS else 0.0
 
 
+def retriable(result: CallResult) -> bool:
+    """Whether the request may be tried on another deployment after this result.
+
+    The accounting table's rule (:func:`app.routing.reliability.is_retriable`), and a
+    prompt the model's context window cannot hold: a ``client_error`` another model
+    may take (never this deployment again: the fold does not pick a tried one).
+    """
+    if refusal_code(result.error) == CONTEXT_LENGTH_EXCEEDED:
+        return result.status_class is StatusClass.CLIENT_ERROR
+    return is_retriable(result.status_class, result.http_status)
+
+
 def is_final(dispatch: Dispatch, result: CallResult) -> bool:
     """True unless the attempt failed in a retriable way, or a local-first answer was not
     confident enough, and attempts remain."""
+    attempt, max_attempts = dispatch.decision.attempt, dispatch.max_attempts
+    if dispatch.min_confidence is None and retriable(result):
+        return attempt >= max_attempts
     return ends_request(
-        dispatch.decision.attempt,
-        dispatch.max_attempts,
+        attempt,
+        max_attempts,
         result.status_class,
         result.http_status,
         confidence=result.confidence,
@@ -146,7 +178,7 @@ def build_outcome(
         cost_usd=cost_usd(provider, result.tokens_in, result.tokens_out, result.tokens_cached),
         reward=earned,
         finish_reason=result.finish_reason,
-        retriable=is_retriable(result.status_class, result.http_status),
+        retriable=retriable(result),
         final=final,
         error=result.error,
         retry_after_s=result.retry_after_s,

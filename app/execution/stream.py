@@ -1,14 +1,21 @@
 """Streaming calls (``stream: true``): time to first token, and no cut stream taken for an answer.
 
 A stream counts as a success only when it carried a finish reason. A stream
-that ends without one (truncated), drops the connection, or carries a chunk
-that is not JSON is a ``bad_response``: it counts against the deployment's
-availability (seed 004: "errors after the stream started") and is retried
-elsewhere (a server that ignores ``stream: true`` and answers JSON is read as
-an ordinary answer). The chunks are assembled into one ordinary OpenAI completion, so
-the requester's response looks the same whether the provider streamed or not
-(text, tool calls and refusal; UTF-16 surrogate halves a provider sent in separate
-chunks are paired again, a lone one becomes U+FFFD).
+that ends without one (``stream ended without a finish reason``), drops the
+connection (``stream broken: ReadError``), or carries a chunk that is not JSON
+(``malformed stream chunk``) is a ``bad_response``; one whose first piece of answer
+or next chunk comes too late (the provider's ``ttft_timeout_ms`` and
+``stream_idle_timeout_ms``, :mod:`app.execution.limits`) is a ``timeout``. Both
+count against the deployment's availability (seed 004: "errors after the stream
+started") and are retried elsewhere (a server that ignores ``stream: true`` and
+answers JSON is read as an ordinary answer). Once the finish reason and the usage
+have come, the answer is complete: it is not held back waiting for ``[DONE]``, and a
+stall or a hang-up after the finish reason loses nothing. A finish reason
+``content_filter`` is a refusal (:mod:`app.execution.refusals`), not a success.
+The chunks are assembled into one ordinary OpenAI completion, so the requester's
+response looks the same whether the provider streamed or not (text, tool calls and
+refusal; UTF-16 surrogate halves a provider sent in separate chunks are paired again,
+a lone one becomes U+FFFD).
 
 With a :class:`DeltaSink` (``stream: true`` requests, issue 12) every piece of the
 answer is also handed to the sink as it comes, without waiting (agents/executor.py
@@ -17,7 +24,6 @@ publishes them as ``response.delta`` events).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -26,7 +32,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.config import ProviderConfig
-from app.events import ChatRequest, StatusClass
+from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.call import (
     ERROR_FINISH_REASONS,
     CallResult,
@@ -38,7 +44,11 @@ from app.execution.call import (
     scrub,
     usage_of,
 )
+from app.execution.limits import CallLimits
 from app.execution.pieces import merge_tool_call, whole_text
+from app.execution.refusals import POLICY_FINISH_REASONS, policy_code_of
+
+CLIENT_ERROR = StatusClass.CLIENT_ERROR
 
 
 class DeltaSink(Protocol):
@@ -65,7 +75,9 @@ class _Assembly:
     refusal: list[str] = field(default_factory=list)
     sink: DeltaSink | None = None
 
-    def take(self, chunk: dict[str, Any], elapsed_ms: float) -> None:
+    def take(self, chunk: dict[str, Any], elapsed_ms: float) -> bool:
+        """Fold in one chunk; whether it carried a piece of the answer (reasoning too)."""
+        answers = False
         if not self.meta:
             self.meta = {k: chunk.get(k) for k in ("id", "created", "model")}
         if isinstance(chunk.get("usage"), dict):
@@ -83,9 +95,11 @@ class _Assembly:
             text = text if isinstance(text, str) else ""
             if text and self.first_token_ms is None:
                 self.first_token_ms = elapsed_ms
+            answers = answers or bool(text or calls or refusal) or _reasons(delta)
             self._keep(text, calls, refusal)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
+        return answers
 
     def _keep(self, text: str, calls: list[dict[str, Any]], refusal: str | None) -> None:
         if text:
@@ -125,6 +139,8 @@ async def stream_provider(
     timeout_s: float,
     sink: DeltaSink | None = None,
 ) -> CallResult:
+    """Stream one completion within ``timeout_s`` and the provider's first-token and idle
+    limits (:mod:`app.execution.limits`); never raises for what the provider does."""
     key = provider.api_key.get_secret_value()
     if key and not is_header_safe(key):
         return CallResult(
@@ -137,38 +153,50 @@ async def stream_provider(
     }
     started = time.perf_counter()
     assembly = _Assembly(sink=sink)
+    limits = CallLimits(
+        timeout_s, ttft_s=provider.ttft_timeout_s, idle_s=provider.stream_idle_timeout_s
+    )
+    status = 200
+    problem: _Problem | None = None
     try:
-        async with asyncio.timeout(timeout_s):
-            async with client.stream(
+        async with (
+            limits.timer(),
+            client.stream(
                 "POST",
                 chat_completions_url(provider.base_url),
                 json=body,
                 headers=auth_headers(key),
                 timeout=timeout_s,
-            ) as response:
-                if not 200 <= response.status_code < 300 or _whole_json(response):
-                    await response.aread()
-                    return classify_response(response, _ms(started), key)
-                problem = await _read_events(response, assembly, started)
-    except (httpx.TimeoutException, TimeoutError):
-        return _failed(StatusClass.TIMEOUT, f"timeout after {timeout_s:g}s", started, assembly)
+            ) as response,
+        ):
+            status = response.status_code
+            if not 200 <= status < 300 or _whole_json(response):
+                limits.headers()
+                await response.aread()
+                return classify_response(response, _ms(started), key)
+            problem = await _read_events(response, assembly, started, limits)
+    except httpx.TimeoutException:  # httpx's own per-operation timeout (the whole call's)
+        if assembly.finish_reason is None:
+            error = f"timeout after {timeout_s:g}s"
+            return _failed(StatusClass.TIMEOUT, error, started, assembly)
+    except TimeoutError:  # one of the call's limits
+        if assembly.finish_reason is None:  # a stall after the finish reason loses nothing
+            return _failed(StatusClass.TIMEOUT, limits.error(), started, assembly)
     except httpx.TransportError as exc:
-        started_streaming = assembly.first_token_ms is not None
-        kind = StatusClass.BAD_RESPONSE if started_streaming else StatusClass.CONNECTION_ERROR
-        return _failed(kind, f"stream broken: {type(exc).__name__}", started, assembly)
-    if problem is None and assembly.finish_reason is None:
-        problem = "stream ended without a finish reason"
-    if problem is None and assembly.finish_reason in ERROR_FINISH_REASONS:
-        problem = f"finish_reason {assembly.finish_reason}"
-    if problem is None and not assembly.answered:
-        problem = "stream carried no content"
+        if assembly.finish_reason is None:  # a hang-up after it neither
+            started_streaming = assembly.first_token_ms is not None
+            kind = StatusClass.BAD_RESPONSE if started_streaming else StatusClass.CONNECTION_ERROR
+            return _failed(kind, f"stream broken: {type(exc).__name__}", started, assembly)
+    problem = problem or _check_end(assembly)
+    if problem is not None and problem.status_class is StatusClass.CLIENT_ERROR:
+        return _refused(problem.error, status, started, assembly)
     if problem is not None:
-        return _failed(StatusClass.BAD_RESPONSE, scrub(problem, key), started, assembly)
+        return _failed(problem.status_class, scrub(problem.error, key), started, assembly)
     completion = assembly.completion()
     usage = usage_of(assembly.usage)
     return CallResult(
         StatusClass.SUCCESS,
-        response.status_code,
+        status,
         _ms(started),
         tokens_in=usage.tokens_in,
         tokens_out=usage.tokens_out,
@@ -179,8 +207,40 @@ async def stream_provider(
     )
 
 
-async def _read_events(response: httpx.Response, assembly: _Assembly, started: float) -> str | None:
-    """Fold the server-sent events into ``assembly``; the problem found, if any."""
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """Why a stream is not an answer: its class and its error (fixed words, short codes)."""
+
+    error: str
+    status_class: StatusClass = StatusClass.BAD_RESPONSE
+
+
+_MALFORMED = _Problem("malformed stream chunk")
+
+
+def _check_end(assembly: _Assembly) -> _Problem | None:
+    """What is wrong with a stream that ended (None: it is an answer)."""
+    reason = assembly.finish_reason
+    if reason is None:
+        return _Problem("stream ended without a finish reason")
+    if reason in POLICY_FINISH_REASONS:
+        return _Problem(f"{CONTENT_POLICY_VIOLATION}: finish_reason {reason}", CLIENT_ERROR)
+    if reason in ERROR_FINISH_REASONS:
+        return _Problem(f"finish_reason {reason}")
+    if not assembly.answered:
+        return _Problem("stream carried no content")
+    return None
+
+
+async def _read_events(
+    response: httpx.Response, assembly: _Assembly, started: float, limits: CallLimits
+) -> _Problem | None:
+    """Fold the server-sent events into ``assembly``; the problem found, if any.
+
+    Ends at ``[DONE]``, at the end of the body, or as soon as the finish reason and the
+    usage have both come (nothing else is to come: a server that then holds the
+    connection open without ``[DONE]`` does not hold the answer back).
+    """
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue
@@ -190,13 +250,26 @@ async def _read_events(response: httpx.Response, assembly: _Assembly, started: f
         try:
             chunk = json.loads(data)
         except (ValueError, RecursionError):  # not JSON, bad UTF-8, 5,000-digit numbers, nesting
-            return "malformed stream chunk"
+            return _MALFORMED
         if not isinstance(chunk, dict):
-            return "malformed stream chunk"
+            return _MALFORMED
         if "error" in chunk:
-            return "error event in stream"
-        assembly.take(chunk, _ms(started))
+            code = policy_code_of(chunk["error"])
+            if code is not None:
+                return _Problem(f"{code}: error event in stream", CLIENT_ERROR)
+            return _Problem("error event in stream")
+        limits.event(assembly.take(chunk, _ms(started)))
+        if assembly.finish_reason is not None and assembly.usage is not None:
+            return None
     return None
+
+
+def _reasons(delta: dict[str, Any]) -> bool:
+    """Whether a delta carries reasoning (DeepSeek's, vLLM's, llama.cpp's field names):
+    not part of the answer, but the model is at work."""
+    return any(
+        isinstance(v, str) and v for v in (delta.get("reasoning_content"), delta.get("reasoning"))
+    )
 
 
 def _tool_call_deltas(value: object) -> list[dict[str, Any]]:
@@ -217,3 +290,19 @@ def _ms(started: float) -> float:
 
 def _failed(kind: StatusClass, error: str, started: float, assembly: _Assembly) -> CallResult:
     return CallResult(kind, None, _ms(started), error=error, first_token_ms=assembly.first_token_ms)
+
+
+def _refused(error: str, status: int, started: float, assembly: _Assembly) -> CallResult:
+    """A stream a content policy cut: the request's doing; its tokens were still used."""
+    usage = usage_of(assembly.usage)
+    return CallResult(
+        StatusClass.CLIENT_ERROR,
+        status,
+        _ms(started),
+        tokens_in=usage.tokens_in,
+        tokens_out=usage.tokens_out,
+        tokens_cached=usage.tokens_cached,
+        finish_reason=assembly.finish_reason,
+        error=error,
+        first_token_ms=assembly.first_token_ms,
+    )
