@@ -119,3 +119,62 @@ def test_forwards_take_increasing_source_offsets_whatever_the_position() -> None
     assert record.source.offset == 41  # type: ignore[union-attr]
     assert step.state.forwarded_through == 41
     assert isinstance(step.state, RouteState)
+
+
+def test_a_content_policy_refusal_reaches_the_client_as_a_400_with_its_code() -> None:
+    pol = policy(provider("a"), provider("b"))
+    request = accepted("c-1", T0)
+    first = fold([request], pol)
+    chosen = first.decisions[0].deployment
+    refused = outcome(
+        "c-1", chosen, T0 + 1, status=StatusClass.CLIENT_ERROR, http_status=200, final=True
+    ).model_copy(update={"error": "content_policy_violation: finish_reason content_filter"})
+    answered = fold([finished(refused, retry=request)], pol, first)
+    assert answered.dispatches == []
+    (response,) = answered.responses
+    assert response.error is not None
+    assert (response.error.code, response.error.http_status) == ("content_policy_violation", 400)
+    assert "content_filter" in response.error.message
+
+
+def test_a_prompt_too_long_goes_to_another_deployment_never_the_same() -> None:
+    pol = policy(provider("a"), provider("b"))
+    request = accepted("c-2", T0)
+    first = fold([request], pol)
+    one = first.decisions[0].deployment
+    too_long = outcome(
+        "c-2", one, T0 + 1, status=StatusClass.CLIENT_ERROR, retriable=True, final=False
+    ).model_copy(update={"error": "context_length_exceeded: HTTP 400 (context_length_exceeded)"})
+    moved = fold([finished(too_long, retry=request)], pol, first)
+    (dispatch,) = moved.dispatches
+    other = dispatch.decision.deployment
+    assert other != one and dispatch.decision.selection_rule != "retry_same_deployment"
+    again = too_long.model_copy(update={"deployment": other, "provider": other[0], "attempt": 2})
+    answered = fold([finished(again, tried=[one, other], retry=request)], pol, moved)
+    assert answered.dispatches == []
+    (response,) = answered.responses
+    assert response.error is not None
+    assert (response.error.code, response.error.http_status) == ("context_length_exceeded", 400)
+
+
+def test_a_prompt_too_long_for_every_deployment_goes_to_the_fallback_model() -> None:
+    """The next model may have a larger context window: it is asked, not the client."""
+    log = Log(dynamic_policy())
+    event = request(0, session="s-main")
+    driver = log.run([event])
+    [carried] = [d for d in log.decisions if d.route == "chat"][:1]
+    on_chat = event.model_copy(update={"dynamic": carried.dynamic, "route": "chat"})
+    refused = ErrorBody(
+        type="client_error",
+        message="all attempts failed; last: context_length_exceeded: HTTP 400",
+        code="context_length_exceeded",
+        http_status=400,
+    )
+    answer = log.responses[0].model_copy(update={"status": "error", "error": refused})
+    step = fall_back(driver.state("chat"), on_chat, answer, 99, dynamic_policy())
+    assert step is not None
+    (forwarded,) = step.records
+    assert forwarded.route == "cheap"  # type: ignore[union-attr]
+    other = refused.model_copy(update={"code": "content_policy_violation"})
+    refusal = answer.model_copy(update={"error": other})
+    assert fall_back(driver.state("chat"), on_chat, refusal, 99, dynamic_policy()) is None

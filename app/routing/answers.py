@@ -17,6 +17,7 @@ from app.events import (
     Response,
     StatusClass,
     derived_id,
+    refusal_code,
 )
 from app.routing import bandit
 from app.routing.policy import Policy
@@ -64,6 +65,24 @@ def deadline_error(message: str) -> ErrorBody:
     )
 
 
+def provider_error(
+    status_class: StatusClass,
+    http_status: int | None,
+    error: str | None,
+    code: str = "provider_error",
+) -> ErrorBody:
+    """The error answered for a provider's result: its class, and a refusal the provider
+    named (its context window, its content policy) as the code, a 400 whatever the
+    provider's status (a 2xx cut by ``content_filter``), so the client reads the reason."""
+    refused = refusal_code(error)
+    return ErrorBody(
+        type=status_class.value,
+        message=error or status_class.value,
+        code=refused or code,
+        http_status=400 if refused else http_status,
+    )
+
+
 def answers(event: AttemptFinished) -> bool:
     """Whether this attempt's result is the request's successful answer."""
     outcome = event.outcome
@@ -106,11 +125,6 @@ def final_response(event: AttemptFinished, clock: float) -> Response:
             http_status=502,
         )
     else:
-        error = ErrorBody(
-            type=outcome.status_class.value,
-            message=outcome.error or outcome.status_class.value,
-            code="provider_error",
-            http_status=outcome.http_status,
-        )
+        error = provider_error(outcome.status_class, outcome.http_status, outcome.error)
     response = error_response(outcome.request_id, outcome.attempt, clock, error)
     return response.model_copy(update={"deployment": outcome.deployment})

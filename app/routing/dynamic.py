@@ -136,7 +136,7 @@ def fall_back(
     error = response.error
     if trace is None or not trace.fallbacks or error is None or response.status != "error":
         return None
-    if not moves_on(error.type, error.http_status):
+    if not moves_on(error.type, error.http_status, error.code):
         return None
     following = trace.model_copy(
         update={

@@ -66,6 +66,7 @@ from app.routing.answers import (
     epoch,
     error_response,
     final_response,
+    provider_error,
 )
 from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
 from app.routing.dynamic import count_spend, fall_back
@@ -361,12 +362,13 @@ def _answer_or_retry(
     assert isinstance(step, Step)  # only a request on the line is left waiting
     if step.responses:
         # Nothing left to try: the requester gets the last attempt's error.
-        error = ErrorBody(
-            type=outcome.status_class.value,
-            message=f"all attempts failed; last: {outcome.error or outcome.status_class.value}",
+        last = outcome.error or outcome.status_class.value
+        error = provider_error(
+            outcome.status_class,
+            outcome.http_status,
+            outcome.error,
             code="exhausted",
-            http_status=outcome.http_status,
-        )
+        ).model_copy(update={"message": f"all attempts failed; last: {last}"})
         return Step(
             step.state,
             responses=[

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.events import StatusClass
+from app.events import CONTEXT_LENGTH_EXCEEDED, StatusClass
 
 
 class Availability(StrEnum):
@@ -75,11 +75,14 @@ def is_retriable(status_class: StatusClass, http_status: int | None) -> bool:
 PROVIDER_RESULT_TYPES = frozenset(status.value for status in StatusClass)
 
 
-def moves_on(error_type: str, http_status: int | None) -> bool:
-    """Whether an error answer is a provider failure another model may rescue: every
-    retriable result (429, 5xx of the seed's list, timeouts, connection errors, broken
-    or cut streams, with or without an HTTP status), or a route that had no deployment
-    left to try (503). A client error, a refusal or a passed deadline is not."""
+def moves_on(error_type: str, http_status: int | None, code: str | None = None) -> bool:
+    """Whether an error answer is a failure another model may rescue: every retriable
+    result (429, 5xx of the seed's list, timeouts, connection errors, broken or cut
+    streams, with or without an HTTP status), a route that had no deployment left to
+    try (503), or a prompt longer than the model's context window. Another client
+    error, a content-policy refusal or a passed deadline is not."""
+    if code == CONTEXT_LENGTH_EXCEEDED:
+        return True
     if error_type in PROVIDER_RESULT_TYPES:
         return is_retriable(StatusClass(error_type), http_status)
     return error_type == NO_DEPLOYMENT_AVAILABLE
