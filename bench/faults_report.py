@@ -4,7 +4,8 @@ verdict.
 
 A scenario is **good** when every request ended as it should: the canonical answer
 (``rescued``), except ``context_length`` and ``content_filter`` (a clean 400 error: no
-other model can help) and ``rejects_prefill`` (rescued, or a clean error). It is **bad**
+other model can help). ``rejects_prefill`` counts as rescued only: its fallback takes the
+prefill, so a clean 400 is a rescue missed. It is **bad**
 when a client hung, got a wrong or cut answer with no error, a connection broken, or an
 error past the bound; **poor** otherwise (clean errors where a rescue was possible, or
 streams that ended with an error event).
@@ -22,7 +23,6 @@ from bench.faults_client import CLASSES, Result
 EXPECTED: dict[str, frozenset[str]] = {
     "context_length": frozenset({"clean_error"}),
     "content_filter": frozenset({"clean_error"}),
-    "rejects_prefill": frozenset({"rescued", "clean_error"}),
 }
 BAD = frozenset({"hang", "truncated", "broken", "slow_error"})
 SHORT = {
