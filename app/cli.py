@@ -243,6 +243,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.record_cost",
         "CPU of one consumed and one sent record in a Faust agent",
     ),
+    "faults": ("bench.faults", "16 provider faults through the gateway: rescued, errors, hangs"),
 }
 
 
