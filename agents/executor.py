@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,12 +37,14 @@ from agents.judge import read_judgement, request_judgement
 from app import metrics
 from app.config import ModelSpec, ProviderConfig
 from app.events import (
+    ChatRequest,
     Dispatch,
     Outcome,
     StatusClass,
     StreamDelta,
 )
 from app.execution.call import CallResult, call_provider
+from app.execution.continuation import stream_on
 from app.execution.deltas import DeltaPublisher
 from app.execution.envelope import Sealed, seal
 from app.execution.http import make_client
@@ -182,7 +185,11 @@ async def _call_in_time(
     if left <= 0:
         return deadline_passed()
     result = await _call(dispatch, provider, call_budget_s(dispatch.timeout_s, left), sink)
-    return blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
+    result = blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
+    if sink is not None and sink.started and result.status_class is not StatusClass.SUCCESS:
+        # The client has this much of the answer: the next attempt goes on from it.
+        result = replace(result, partial=sink.published_text or None)
+    return result
 
 
 async def _call(
@@ -191,9 +198,18 @@ async def _call(
     decision = dispatch.decision
     if _streams(dispatch, provider):
         request = dispatch.accepted.request
-        return await stream_provider(
-            shared_client(), provider, decision.model, request, budget, sink
-        )
+
+        async def stream(asked: ChatRequest, within_s: float) -> CallResult:
+            return await stream_provider(
+                shared_client(), provider, decision.model, asked, within_s, sink
+            )
+
+        prefix = dispatch.accepted.answered_prefix
+        if prefix and sink is not None:  # a broken stream's answer, to go on with
+            return await stream_on(
+                stream, provider, decision.deployment, request, prefix, budget, sink
+            )
+        return await stream(request, budget)
     return await call_provider(
         shared_client(),
         provider,

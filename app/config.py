@@ -90,6 +90,12 @@ class ProviderConfig(BaseModel):
     #: Streams: longest gap between two chunks once the answer has begun. None: only
     #: ``timeout_ms`` bounds a stalled stream.
     stream_idle_timeout_ms: int | None = Field(default=10_000, ge=1)
+    #: Whether the deployment continues an answer given as a trailing assistant message
+    #: (a prefill: Anthropic's API, vLLM, llama.cpp's server do; OpenAI's writes a new
+    #: turn instead). A broken stream's answer goes on there from the text the client
+    #: has; elsewhere (false) the answer restarts and only what follows that text is
+    #: sent. A deployment that answers a prefill with a 400 is then restarted too.
+    prefill: bool = False
     #: Call with ``stream: true`` to measure time to first token (a cut stream is a failure).
     stream: bool = False
     #: Expected acceptance of an answer (0-1), e.g. from an offline evaluation: the

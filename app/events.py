@@ -81,6 +81,11 @@ class RequestAccepted(Envelope):
     #: Issue 14: SHA-256 of the prompt's prefix (tools and the messages up to the first
     #: user message, bounded): the context cache affinity pins. No text.
     prefix_sha256: str | None = None
+    #: A streamed answer's text the client already has, when a provider's stream broke
+    #: mid-answer and the request goes on (the retry an executor reports): the next
+    #: attempt continues after it (docs/flow.md, mid-stream failover). Routing log only:
+    #: like the prompt, never on a decision, an outcome or a trace.
+    answered_prefix: str | None = None
 
 
 class StatusClass(StrEnum):

@@ -141,8 +141,8 @@ class FaultProvider:
         if scenario not in SCENARIOS:
             return _error(404, f"no scenario {name!r}", "invalid_request_error", "model_not_found")
         stream = body.get("stream") is True
-        number = self.count(name, request_key(messages), stream)
         exchange = _Exchange(request, str(body.get("model")), messages, stream, body, self.options)
+        number = self.count(name, exchange.key, stream)  # a prefill is the same request
         return await exchange.play(scenario, number, time.monotonic() - self.started)
 
 
@@ -172,7 +172,13 @@ class _Exchange:
             isinstance(options_of, dict) and options_of.get("include_usage") is True
         )
         self.options = options
-        self.key = request_key(messages)
+        #: An assistant prefill (the last message): a healthy answer continues it.
+        self.prefill = ""
+        if messages and messages[-1].get("role") == "assistant":
+            content = messages[-1].get("content")
+            self.prefill = content if isinstance(content, str) else ""
+        self.asked = messages[:-1] if self.prefill else messages
+        self.key = request_key(self.asked)
 
     async def play(self, scenario: str, number: int, since_start_s: float) -> web.StreamResponse:
         options = self.options
@@ -244,7 +250,11 @@ class _Exchange:
         await reply.write(chunk(self.model, self.key, {"role": "assistant", "content": ""}))
         if scenario == "slow_first_token":
             await asyncio.sleep(self.options.slow_first_token_s)
-        for index, token in enumerate(canonical_tokens(self.messages)):
+        given = 0  # characters of the answer the prefill already holds
+        for index, token in enumerate(canonical_tokens(self.asked)):
+            if given < len(self.prefill):
+                given += len(token)
+                continue
             if index == BREAK_AT and scenario in ("stream_cut", "stream_stall"):
                 return await self._break(reply, scenario)
             if index and self.options.token_s > 0:
@@ -255,7 +265,7 @@ class _Exchange:
             await reply.write(chunk(self.model, self.key, {"content": token}))
         await reply.write(chunk(self.model, self.key, {}, "stop"))
         if self.include_usage:
-            await reply.write(usage_chunk(self.model, self.key, self.messages))
+            await reply.write(usage_chunk(self.model, self.key, self.asked))
         if scenario != "no_done":
             await reply.write(DONE)
         await reply.write_eof()

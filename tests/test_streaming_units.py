@@ -172,14 +172,42 @@ def test_the_relay_commits_to_the_first_call_and_forwards_its_deltas_only() -> N
     assert events[3] == "[DONE]" and relay.done
 
 
-def test_a_failed_stream_ends_with_an_error_event() -> None:
+def test_a_broken_stream_goes_on_with_the_call_that_continues_it() -> None:
+    """Mid-stream failover: after the committed call's ``failed`` end, a later attempt's
+    call whose first delta starts where the text sent ends is followed; others are not."""
+    relay = Relay("acme.r1", include_usage=False, created=1)
+    relay.take(_delta(0, "Hello"))
+    assert relay.take(_delta(1, end="failed", error="bad_response: stream broken")).frames == []
+    assert not relay.done
+    assert relay.take(_delta(0, "Hello world", attempt=2, call="c8")).frames == []  # offset 0
+    assert relay.take(_delta(0, "x", attempt=2, call="c7", offset=3)).frames == []  # wrong offset
+    going_on = relay.take(_delta(0, " wor", attempt=2, call="c9", offset=5))
+    assert going_on.headers is None  # the same stream, headers long sent
+    (chunk,) = _events(going_on.frames)
+    assert chunk["choices"][0]["delta"] == {"content": " wor"}
+    assert relay.take(_delta(0, "copy", attempt=3, call="cA", offset=9)).frames == []
+    end = _events(relay.take(_delta(1, "ld", attempt=2, call="c9", end="ok")).frames)
+    assert end[0]["choices"][0]["delta"] == {"content": "ld"} and end[-1] == "[DONE]"
+
+
+def test_a_broken_stream_that_nothing_continues_ends_with_an_error_event() -> None:
     relay = Relay("acme.r1", include_usage=False, created=1)
     relay.take(_delta(0, "partial"))
-    step = relay.take(_delta(1, end="failed", error="bad_response: stream broken"))
-    (event,) = _events(step.frames)
+    relay.take(_delta(1, end="failed", error="bad_response: stream broken"))
+    (event,) = _events(relay.take(_response("another answer", attempts=2)).frames)
     assert event["error"]["code"] == STREAM_INTERRUPTED
     assert "/v1/switchyard/requests/acme.r1" in event["error"]["message"]
-    assert relay.done and relay.take(_delta(0, "retry", attempt=2, call="c9")).frames == []
+    assert "does not go on" in event["error"]["message"]
+    assert relay.done
+    rescued = Relay("acme.r1", include_usage=False, created=1)
+    rescued.take(_delta(0, "Hello"))
+    rescued.take(_delta(1, end="failed", error="bad_response: stream broken"))
+    events = _events(rescued.take(_response("Hello world", attempts=2)).frames)
+    assert events[0]["choices"][0]["delta"] == {"content": " world"}  # it does go on
+    tools = Relay("acme.r1", include_usage=False, created=1)
+    tools.take(_delta(0, tool_calls=[{"index": 0, "id": "t", "function": {"name": "f"}}]))
+    (event,) = _events(tools.take(_delta(1, end="failed", error="broken")).frames)
+    assert event["error"]["code"] == STREAM_INTERRUPTED  # a tool call is not text to go on from
 
 
 def test_an_answer_before_any_delta_is_the_whole_answer_or_an_http_error() -> None:

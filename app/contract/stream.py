@@ -36,6 +36,9 @@ class StreamDelta(Envelope):
     call_id: Annotated[str, Field(min_length=1, max_length=64)]
     #: 0, 1, 2 ... within the call.
     seq: Annotated[int, Field(ge=0)]
+    #: Characters of the answer before this call's first text: 0, or, for a call that
+    #: continues a broken stream, the length of the text the client already has.
+    offset: Annotated[int, Field(ge=0)] = 0
     #: ``provider:model``.
     deployment: str
     #: The text added (the pieces of ``choices[0].delta.content``, joined).

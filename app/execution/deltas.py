@@ -13,6 +13,12 @@ The rule (docs/gateway.md, "The streaming rule"):
   that published no piece publishes no end either (the gateway then streams the whole
   answer from its reply).
 
+A call that goes on with a broken stream's answer (mid-stream failover: the request's
+``answered_prefix``) publishes with ``offset`` the length of the text the client has:
+given it as a prefill, its text continues that; restarting, its first text is held
+until it is known to begin with that, and only what follows is published (nothing, if
+it does not: the gateway then ends the client's stream with an error event).
+
 A trailing UTF-16 high surrogate is held back until its other half comes; a lone half
 becomes U+FFFD. Sends that fail are logged by type only (never the text); the whole
 answer on ``llm.responses`` stays the record.
@@ -54,15 +60,44 @@ class DeltaPublisher:
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._deliveries: list[Awaitable[Any]] = []
+        #: Characters of the answer the client had before this call (a continuation).
+        self.offset = 0
+        #: Restarting after a broken stream: the text the client already has, which this
+        #: call's answer must begin with before anything of it is published.
+        self._owed: str | None = None
+        self._seen = ""
+        self._published: list[str] = []
+        self._published_other = False
+        #: A restarted answer that did not begin with the text the client has.
+        self.diverged = False
 
     @property
     def started(self) -> bool:
         """Whether a delta was published (the client may have seen this call)."""
         return self._seq > 0
 
+    def continue_after(self, prefix: str) -> None:
+        """The call continues ``prefix`` (the provider was given it as a prefill)."""
+        self.offset, self._owed = len(prefix), None
+
+    def restart_after(self, prefix: str) -> None:
+        """The call restarts the answer: publish only what comes after ``prefix``, and
+        nothing at all if the answer does not begin with it."""
+        self.offset, self._owed, self._seen = len(prefix), prefix, ""
+
+    @property
+    def published_text(self) -> str | None:
+        """The text this call published (after ``offset``), or None when it published a
+        tool call or a refusal too (a stream no text prefix can continue)."""
+        return None if self._published_other else "".join(self._published)
+
     def piece(
         self, content: str, tool_calls: list[dict[str, Any]] | None, refusal: str | None
     ) -> None:
+        if self._owed is not None or self.diverged:
+            content, tool_calls, refusal = self._after_owed(content, tool_calls, refusal)
+            if not (content or tool_calls or refusal):
+                return
         if content:
             self._text.append(content)
         self._calls.extend(tool_calls or [])
@@ -70,6 +105,25 @@ class DeltaPublisher:
             self._refusal.append(refusal)
         if self._task is None and not self._closing.is_set():
             self._task = asyncio.create_task(self._run(), name=f"deltas-{self.call_id}")
+
+    def _after_owed(
+        self, content: str, tool_calls: list[dict[str, Any]] | None, refusal: str | None
+    ) -> tuple[str, list[dict[str, Any]] | None, str | None]:
+        """What a restarted answer adds beyond the text the client has (nothing while it
+        is still catching up, and nothing ever once it differs)."""
+        owed = self._owed
+        if self.diverged or owed is None:
+            return ("", None, None) if self.diverged else (content, tool_calls, refusal)
+        self._seen += content
+        if len(self._seen) < len(owed):
+            if not owed.startswith(self._seen) or tool_calls or refusal:
+                self.diverged = True
+            return "", None, None
+        if not self._seen.startswith(owed):
+            self.diverged = True
+            return "", None, None
+        self._owed = None
+        return self._seen[len(owed) :], tool_calls, refusal
 
     async def finish(
         self,
@@ -118,6 +172,8 @@ class DeltaPublisher:
         if not (content or calls or refusal or final):
             return
         self._calls, self._refusal = [], []
+        self._published.append(content)
+        self._published_other = self._published_other or bool(calls or refusal)
         seq, self._seq = self._seq, self._seq + 1
         delta = StreamDelta(
             id=delta_id(self.request_id, self.attempt, self.call_id, seq),
@@ -126,6 +182,7 @@ class DeltaPublisher:
             attempt=self.attempt,
             call_id=self.call_id,
             seq=seq,
+            offset=self.offset,
             deployment=self.deployment,
             content=content,
             tool_calls=calls or None,

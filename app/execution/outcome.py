@@ -26,6 +26,7 @@ from app.events import (
     AttemptFinished,
     Dispatch,
     Outcome,
+    RequestAccepted,
     StatusClass,
     derived_id,
     refusal_code,
@@ -54,6 +55,8 @@ class CallResult:
     confidence: float | None = None
     #: Streaming calls: time to the first content token.
     first_token_ms: float | None = None
+    #: A failed stream's text the client was given (published as deltas), to go on from.
+    partial: str | None = None
 
 
 # --------------------------------------------------------------------------- the deadline
@@ -195,9 +198,18 @@ def feedback(dispatch: Dispatch, outcome: Outcome, result: CallResult) -> Attemp
         occurred_at=outcome.occurred_at,
         outcome=outcome,
         tried=[*dispatch.tried, outcome.deployment],
-        retry=None if outcome.final else dispatch.accepted,
+        retry=None if outcome.final else _going_on(dispatch.accepted, result.partial),
         completion=result.completion,
     )
+
+
+def _going_on(accepted: RequestAccepted, partial: str | None) -> RequestAccepted:
+    """The request its next attempt takes: with the text the client already has, when
+    this attempt's broken stream gave it some (the next attempt continues after it)."""
+    if not partial:
+        return accepted
+    prefix = (accepted.answered_prefix or "") + partial
+    return accepted.model_copy(update={"answered_prefix": prefix})
 
 
 def finish(

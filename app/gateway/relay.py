@@ -8,9 +8,12 @@ status, and a call that failed before its first delta is invisible. After it com
 
 * the call's ``ok`` end: the finish reason, the usage chunk when asked
   (``stream_options.include_usage``), then ``data: [DONE]``;
-* its ``failed`` end: an error event (``data: {"error": ...}``, which the SDKs raise);
-  the request goes on in the log (the router retries as for any ``bad_response``) and
-  its answer can be fetched by id;
+* its ``failed`` end: the request goes on in the log (the router retries as for any
+  ``bad_response``), and so does the stream: the first delta of a later attempt's call
+  whose ``offset`` is the length of the text sent (it continues it: mid-stream
+  failover, app/execution/continuation.py) is followed from then on. A stream that
+  sent a tool call or a refusal cannot be continued: an error event
+  (``data: {"error": ...}``, which the SDKs raise), its answer fetched by id;
 * the request's answer arriving first (the call's end marker lost with its worker): the
   rest of the answer when what was sent is the start of it, else an error event.
 
@@ -53,6 +56,9 @@ class Relay:
         self._sent: list[str] = []
         self._sent_other = False  # tool calls or refusal sent
         self._base: dict[str, Any] = {}
+        #: The committed call's stream broke: the next attempt's call that goes on
+        #: from the text sent is followed instead (mid-stream failover).
+        self._resuming = False
 
     def take(self, item: StreamDelta | Response) -> Step:
         if self.done:
@@ -61,6 +67,11 @@ class Relay:
             return self._answer(item)
         if self.call is None:
             return self._commit(item) if item.seq == 0 else Step()
+        if self._resuming and self._continues(item):
+            self._resuming = False
+            self.call, self._next_seq = (item.attempt, item.call_id), 0
+            model = item.deployment.partition(":")[2] or item.deployment
+            self._base = {**self._base, "model": model}
         if (item.attempt, item.call_id) != self.call or item.seq < self._next_seq:
             return Step()  # another call, or a copy already sent
         return Step(frames=self._frames(item))
@@ -102,9 +113,17 @@ class Relay:
         self._sent_other = self._sent_other or bool(delta.tool_calls or delta.refusal)
         if delta.end == "ok":
             frames += self._finish(delta.finish_reason, delta.usage)
-        elif delta.end == "failed":
+        elif delta.end == "failed" and self._sent_other:
             frames.append(self._error_frame(f"the provider's stream broke ({delta.error})"))
+        elif delta.end == "failed":
+            self._resuming = True  # the request goes on: so does the client's stream
         return frames
+
+    def _continues(self, delta: StreamDelta) -> bool:
+        """A later attempt's first delta that goes on exactly where the text sent ends."""
+        assert self.call is not None
+        sent = sum(len(text) for text in self._sent)
+        return delta.seq == 0 and delta.attempt > self.call[0] and delta.offset == sent
 
     def _answer(self, response: Response) -> Step:
         self.done = True
@@ -118,9 +137,17 @@ class Relay:
             return Step(error=error)
         rest = self._rest_of(response)
         if rest is None:
-            why = "the call the stream came from did not end" if response.status == "ok" else ""
+            why = ""
+            if response.status == "ok":
+                why = (
+                    "the answer does not go on from the text sent"
+                    if self._resuming
+                    else "the call the stream came from did not end"
+                )
             why = why or (response.error.message if response.error else "error")
             return Step(frames=[self._error_frame(why)])
+        if self._resuming and response.deployment:  # another call answered: name it
+            self._base["model"] = response.deployment.partition(":")[2] or response.deployment
         completion = shape.completion_of(response)
         first = (completion.get("choices") or [{}])[0]
         message = first.get("message") or {}
@@ -134,7 +161,8 @@ class Relay:
     def _rest_of(self, response: Response) -> str | None:
         """What the answer adds to the text sent, when it is the same call's answer."""
         assert self.call is not None
-        if response.status != "ok" or response.attempts != self.call[0] or self._sent_other:
+        other_call = response.attempts != self.call[0] and not self._resuming
+        if response.status != "ok" or other_call or self._sent_other:
             return None
         message = (shape.completion_of(response).get("choices") or [{}])[0].get("message") or {}
         content = message.get("content")
