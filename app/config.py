@@ -66,6 +66,13 @@ class ModelSpec(BaseModel):
     specialized: str | None = None
     #: Expected acceptance of this model's answers (0-1), overriding the provider's.
     quality_prior: float | None = Field(default=None, ge=0.0, le=1.0)
+    #: What the model takes and gives besides text (app/routing/capabilities.py): image
+    #: and audio input, tool calling, JSON-schema output. None: not declared (anything).
+    modalities: list[Literal["text", "image", "audio", "tools", "json_schema"]] | None = None
+    #: Tokens of prompt and answer the model holds, and of answer it writes (None: not
+    #: declared): a request that needs more is not sent to it.
+    context_window: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
 
 
 class ProviderConfig(BaseModel):

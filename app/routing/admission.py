@@ -17,6 +17,7 @@ from app.routing import affinity, auto, parking
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.budget_route import ask_first
 from app.routing.candidates import CandidatePlan, local_arm, plan_candidates, tenant_policy
+from app.routing.capabilities import refusal, split_capable
 from app.routing.context import level_index
 from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
@@ -137,6 +138,7 @@ def route(
     plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
     if plan is None:
         plan = plan_candidates(accepted, policy, attempt, tried, state)
+    plan = _capable(plan, accepted, policy)
     if plan.refusal is not None:
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
@@ -272,6 +274,20 @@ def attempts_allowed(
     local = local_arm(accepted, policy)
     took = local is not None and (local_now or local.deployment in tried)
     return policy.max_attempts(accepted.route) + (1 if took else 0)
+
+
+def _capable(plan: CandidatePlan, accepted: RequestAccepted, policy: Policy) -> CandidatePlan:
+    """The plan without the deployments that cannot serve the request (their modalities,
+    context window, answer length), or a 400 when none can."""
+    if plan.refusal is not None or not plan.arms:
+        return plan
+    kept, out = split_capable(plan.arms, accepted, policy)
+    if not out:
+        return plan
+    excluded = [*plan.excluded, *out]
+    if not kept:
+        return replace(plan, arms=[], excluded=excluded, refusal=refusal(out, accepted))
+    return replace(plan, arms=kept, excluded=excluded)
 
 
 def has_fallback(accepted: RequestAccepted) -> bool:

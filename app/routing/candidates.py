@@ -20,6 +20,7 @@ from typing import cast
 
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
+from app.routing.capabilities import unable
 from app.routing.policy import Arm, Policy
 from app.routing.records import record
 from app.routing.state import BreakerPhase, RouteState
@@ -122,14 +123,20 @@ def local_arm(accepted: RequestAccepted, policy: Policy) -> Arm | None:
     return Arm(deployment_id(local.id, local.default_model), local, local.default_model)
 
 
-def local_unready(arm: Arm, lists: ProviderLists, state: RouteState) -> str | None:
+def local_unready(
+    arm: Arm, accepted: RequestAccepted, lists: ProviderLists, state: RouteState, policy: Policy
+) -> str | None:
     """Why the local deployment cannot take the request now (None: it can): the
-    request's lists leave it out, its breaker is not closed, it is busy or cooling down.
-    Never waited for: the cloud takes the request at once."""
+    request's lists leave it out, the model cannot serve it (its modalities, its
+    context window), its breaker is not closed, it is busy or cooling down. Never
+    waited for: the cloud takes the request at once."""
     if lists.only is not None and arm.provider.id not in lists.only:
         return "provider_not_in_only"
     if arm.provider.id in lists.ignore:
         return "provider_ignored"
+    lacks = unable(arm, accepted, policy)
+    if lacks is not None:
+        return f"local_{lacks}"
     arm_state = state.arm(arm.deployment)
     if arm_state.breaker.state is not BreakerPhase.CLOSED:
         return "local_breaker_not_closed"
@@ -222,7 +229,7 @@ def plan_candidates(
         if attempt > 1:  # asked first only, under its confidence gate
             unready = "already_tried" if local.deployment in tried else "local_first_only"
         else:
-            unready = local_unready(local, lists, state)
+            unready = local_unready(local, accepted, lists, state, policy)
         if unready is None:
             return _local_first(accepted, policy, mode, local)
         excluded.append(Exclusion(deployment=local.deployment, reason=unready))
