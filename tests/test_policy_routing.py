@@ -125,6 +125,27 @@ def test_provider_lists_exclude_and_order_with_the_rule_in_the_trace() -> None:
     assert reasons == {"provider_not_in_only"}
 
 
+@pytest.mark.parametrize(
+    ("tenant", "fields", "pin"),
+    [
+        ("solo", {}, "openai-x:gpt"),  # the tenant's only
+        ("acme", {}, "groq-x:llama"),  # the tenant's ignore
+        (None, {"provider": {"ignore": ["openai-x"]}}, "openai-x:gpt"),  # the request's own
+    ],
+)
+def test_a_pin_cannot_escape_the_provider_lists(
+    tenant: str | None, fields: dict[str, Any], pin: str
+) -> None:
+    event = request("x1", "hello", tenant=tenant, model=pin, **fields)
+    run = fold([event], POLICY)
+    assert run.dispatches == []
+    (response,) = run.responses
+    assert response.error is not None
+    assert (response.error.code, response.error.http_status) == ("deployment_not_allowed", 403)
+    allowed = fold([request("x2", "hello", tenant="solo", model="groq-x:llama")], POLICY)
+    assert [d.deployment for d in allowed.decisions] == ["groq-x:llama"]
+
+
 def test_constraints_that_leave_nothing_are_refused_naming_them() -> None:
     run = fold([request("n1", "hello", tenant="solo", provider={"ignore": ["groq-x"]})], POLICY)
     (response,) = run.responses

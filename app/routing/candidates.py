@@ -95,9 +95,28 @@ def _refused(message: str, code: str, mode: ModeChoice) -> CandidatePlan:
 
 
 def _pinned(
-    accepted: RequestAccepted, providers: list[ProviderConfig], mode: ModeChoice
+    accepted: RequestAccepted,
+    providers: list[ProviderConfig],
+    mode: ModeChoice,
+    lists: ProviderLists,
 ) -> CandidatePlan:
+    """The pinned deployment alone; a pin cannot widen the tenant's or the request's
+    provider lists (``only``, ``ignore``): a pin they leave out is refused."""
     provider_id, _, model = (accepted.pinned or "").partition(":")
+    left_out = None
+    if lists.only is not None and provider_id not in lists.only:
+        left_out = "provider_not_in_only"
+    elif provider_id in lists.ignore:
+        left_out = "provider_ignored"
+    if left_out is not None:
+        error = ErrorBody(
+            type="invalid_request",
+            message=f"model {accepted.pinned!r} is not allowed for this request ({left_out})",
+            code="deployment_not_allowed",
+            http_status=403,
+        )
+        excluded = [Exclusion(deployment=accepted.pinned or "", reason=left_out)]
+        return CandidatePlan([], excluded, "pinned", None, mode, refusal=error)
     for provider in providers:
         if provider.id == provider_id and model in {m.name for m in provider.models}:
             excluded = [
@@ -219,9 +238,9 @@ def plan_candidates(
     mode = _mode(accepted, preset, policy)
     if accepted.model_error:
         return _refused(f"invalid model id: {accepted.model_error}", "invalid_model", mode)
-    if accepted.pinned:
-        return _pinned(accepted, providers, mode)
     lists = _merged_lists(preset, accepted)
+    if accepted.pinned:
+        return _pinned(accepted, providers, mode, lists)
     excluded: list[Exclusion] = []
     local = local_arm(accepted, policy)
     if local is not None:
