@@ -206,10 +206,13 @@ def test_an_answer_overtaking_the_end_finishes_the_stream_it_continues() -> None
 
 
 def test_no_answer_in_time() -> None:
-    assert Relay("r", False, 1).timed_out().error is not None
+    error = Relay("r", False, 1).timed_out(135.0).error
+    assert error is not None and error.status == 504 and error.code == "gateway_timeout"
+    assert error.headers()["x-should-retry"] == "true" and error.headers()["Retry-After"] == "1"
+    assert "/v1/switchyard/requests/r" in error.message  # where the answer may yet be found
     started = Relay("r", False, 1)
     started.take(_delta(0, "x"))
-    assert _events(started.timed_out().frames)[0]["error"]["code"] == STREAM_INTERRUPTED
+    assert _events(started.timed_out(135.0).frames)[0]["error"]["code"] == STREAM_INTERRUPTED
 
 
 # --------------------------------------------------------------------------- reassembly
