@@ -294,6 +294,8 @@ async def test_deadline_is_504(env: Env) -> None:
     with pytest.raises(openai.InternalServerError) as late:
         await _run(env, model="tools", messages=slow)
     assert late.value.status_code == 504 and late.value.code == "deadline_exceeded"
+    headers = late.value.response.headers
+    assert headers["x-should-retry"] == "true" and headers["retry-after"] == "1"  # a new try
 
 
 async def test_body_timeout_is_408(env: Env) -> None:

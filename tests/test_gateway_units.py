@@ -6,15 +6,17 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from factories import provider, routing_config
 
 from app.config import GatewayKey
 from app.events import ErrorBody, ReplyTo, Response
 from app.gateway import shape
-from app.gateway.errors import GatewayError, from_dead_letter, from_error_body
+from app.gateway.errors import GatewayError, from_dead_letter, from_error_body, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route, hash_key
 from app.gateway.lookup import partition_of
-from app.gateway.service import event_request_id
+from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import request_event, wants_stream
+from app.settings import Settings
 
 REPLY = ReplyTo(topic="switchyard.replies", partition=3)
 
@@ -30,8 +32,8 @@ def _error(
     [
         (_error("guardrail", "forbidden_keyword", 400), 400, "false"),
         (_error("rate_limited", "tenant_rate_limited", 429, "retry in 2.5s"), 429, "false"),
-        (_error("deadline_exceeded", "deadline_exceeded", 504), 504, None),
-        (_error("lost", "deadline_exceeded", 504), 504, None),
+        (_error("deadline_exceeded", "deadline_exceeded", 504), 504, "true"),
+        (_error("lost", "deadline_exceeded", 504), 504, "true"),
         (_error("no_deployment_available", "no_candidate", 503), 503, None),
         (_error("no_deployment_available", "exhausted", 503), 503, None),
         (_error("invalid_request", "no_candidate", 400), 400, "false"),
@@ -50,6 +52,59 @@ def test_router_errors_map_to_statuses(error: ErrorBody, status: int, retry: str
     assert mapped.status == status
     assert mapped.headers().get("x-should-retry") == retry
     assert mapped.body()["error"]["message"] == error.message
+
+
+def test_past_the_deadline_is_a_504_to_retry() -> None:
+    mapped = from_error_body(_error("deadline_exceeded", "deadline_exceeded", 504, "no answer"))
+    assert mapped.body()["error"] == {
+        "message": "no answer",
+        "type": "timeout_error",
+        "param": None,
+        "code": "deadline_exceeded",
+    }
+    assert mapped.headers() == {
+        "Retry-After": "1",
+        "retry-after-ms": "1000",
+        "x-should-retry": "true",
+    }
+
+
+def _gateway(monkeypatch: pytest.MonkeyPatch, answer: Response) -> Gateway:
+    """A gateway that publishes nothing, waits 50 ms, and whose fallback lookup on
+    ``llm.responses`` finds nothing while the reply arrives meanwhile."""
+    gateway = Gateway(Settings(), routing_config(provider("a")))
+    monkeypatch.setattr(Gateway, "wait_s", property(lambda _self: 0.05))
+
+    async def send(_prepared: Prepared) -> None:
+        return None
+
+    async def find(_request_id: str) -> Response | None:
+        gateway.waiter.deliver(answer)  # the reply comes during the lookup
+        return None
+
+    monkeypatch.setattr(gateway, "_send", send)
+    monkeypatch.setattr(gateway.lookup, "find", find)
+    return gateway
+
+
+async def test_a_reply_arriving_during_the_fallback_lookup_is_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answer = _response("late but here")
+    prepared = Prepared(answer.request_id, "chat", b"{}")
+    gateway = _gateway(monkeypatch, answer)
+    assert await gateway.submit(prepared) == answer
+    items = gateway.stream_items(prepared)
+    assert [item async for item in items][-2:] == [answer, None]  # then what the lookup found
+    assert gateway.waiter.waiting == 0
+
+
+def test_no_answer_in_time_is_a_504_to_retry_naming_where_to_look() -> None:
+    error = no_answer_in_time("acme.r1", 135.0)
+    assert error.status == 504 and error.code == "gateway_timeout"
+    assert error.body()["error"]["type"] == "timeout_error"
+    assert "135s" in error.message and "GET /v1/switchyard/requests/acme.r1" in error.message
+    assert error.headers()["x-should-retry"] == "true" and error.headers()["Retry-After"] == "1"
 
 
 def test_tenant_rate_limit_says_when_to_retry() -> None:

@@ -4,8 +4,10 @@ tell an SDK what to do (pure).
 The official SDKs retry 408, 409, 429 and 5xx unless the server says
 ``x-should-retry: false``: sent where retrying cannot help (a tenant's rate limit, a
 forbidden word, a budget, a request a provider refused), so a client does not retry
-into a wall. Messages never carry a prompt or an API key: they come from the router's
-error bodies (which name codes, deployments and limits) or are fixed here.
+into a wall. Past the request deadline the answer is a 504 with ``Retry-After`` and
+``x-should-retry: true``: a new try is a new request. Messages never carry a prompt or
+an API key: they come from the router's error bodies (which name codes, deployments and
+limits) or are fixed here.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ PROVIDER_STATUS: dict[str, int] = {
     "connection_error": 502,
     "bad_response": 502,
 }
+#: How soon a client told to try again once the request deadline passed may do so.
+DEADLINE_RETRY_AFTER_S = 1.0
 _RETRY_IN = re.compile(r"retry in ([0-9.]+)\s*s")
 
 
@@ -95,7 +99,7 @@ def from_error_body(error: ErrorBody | None) -> GatewayError:
     if code == RESPONSE_TOO_LARGE:
         return GatewayError(502, message, code, should_retry=False)
     if code == "deadline_exceeded":
-        return GatewayError(504, message, code)
+        return past_deadline(message, code)
     if error.type == "no_deployment_available":
         return GatewayError(503, message, code)
     if error.type == "invalid_request":
@@ -114,6 +118,22 @@ def _provider_error(error: ErrorBody, code: str) -> GatewayError:
 def _retry_in(message: str) -> float | None:
     found = _RETRY_IN.search(message)
     return float(found.group(1)) if found else None
+
+
+def past_deadline(message: str, code: str) -> GatewayError:
+    """504 once the request deadline passed, with ``Retry-After`` and
+    ``x-should-retry: true``: a new try is a new request, with a new deadline."""
+    return GatewayError(504, message, code, DEADLINE_RETRY_AFTER_S, should_retry=True)
+
+
+def no_answer_in_time(request_id: str, waited_s: float) -> GatewayError:
+    """504 ``gateway_timeout``: no answer on the replies nor on ``llm.responses`` after
+    the deadline and its grace. The request may still be answered in the log."""
+    message = (
+        f"no answer within {waited_s:g}s (the request deadline and its grace); it may "
+        f"still be answered: GET /v1/switchyard/requests/{request_id}"
+    )
+    return past_deadline(message, "gateway_timeout")
 
 
 def invalid(message: str, code: str) -> GatewayError:

@@ -3,13 +3,23 @@
 aiohttp closes a connection idle between requests after its keep-alive timeout, and
 the gateway bounds the body (``SWITCHYARD_GATEWAY_BODY_TIMEOUT_S``), but a client that
 starts a request and sends its headers a byte at a time would hold a connection for
-ever. :class:`HeadTimedHandler` starts a clock on the first byte of a request's head
-and, if the head is not complete within ``SWITCHYARD_GATEWAY_HEADER_TIMEOUT_S``, answers
-408 (OpenAI's error format, ``x-should-retry: false``) and closes the connection.
+the whole keep-alive timeout. :class:`HeadTimedHandler` starts a clock on the first byte
+of a request's head and, if the head is not complete within
+``SWITCHYARD_GATEWAY_HEADER_TIMEOUT_S``, answers 408 (OpenAI's error format,
+``x-should-retry: false``) and closes the connection.
 
-:class:`HeadTimedSite` is aiohttp's ``TCPSite`` listening with that handler. Both lean
-on aiohttp's ``RequestHandler`` internals (``_request_count``, ``_messages``,
-``_current_request``), checked by tests/test_streaming_gateway.py.
+Which bytes are a head's: those that arrive while the connection waits for its next
+request (aiohttp's ``RequestHandler.start`` awaits its ``_waiter`` future, the one
+internal this relies on). Once a head is parsed aiohttp resolves that future, and it
+waits again only after the request was answered and its body read to the end, so the
+bytes of a body, and anything arriving while a handler runs, never start the clock, and
+a request whose head arrived is never answered 408 by it, however long its handler
+takes. (Telling heads from bodies by "no request being handled and none queued" is
+wrong: between aiohttp taking a parsed request off its queue and starting its handler
+task neither holds, and a body arriving then started the clock, which fired while the
+handler waited for its answer.) Checked by tests/test_gateway_head_timeout.py.
+
+:class:`HeadTimedSite` is aiohttp's ``TCPSite`` listening with that handler.
 """
 
 from __future__ import annotations
@@ -45,26 +55,25 @@ class HeadTimedHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self.header_timeout_s = header_timeout_s
         self._head_clock: asyncio.TimerHandle | None = None
-        self._heads_at_start = 0
 
     def data_received(self, data: bytes) -> None:
-        heads = self._request_count
+        head = bool(data) and self._awaiting_request()  # before: a parsed head ends the wait
         super().data_received(data)
-        if self._request_count != heads:
-            self._stop_clock()  # a whole head arrived
-        if self._head_clock is None and self._awaiting_head() and data:
+        if not self._awaiting_request():
+            self._stop_clock()  # a whole head arrived (or the connection is closing)
+        elif head and self._head_clock is None:
             loop = asyncio.get_running_loop()
-            self._heads_at_start = self._request_count
             self._head_clock = loop.call_later(self.header_timeout_s, self._head_too_slow)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_clock()
         super().connection_lost(exc)
 
-    def _awaiting_head(self) -> bool:
-        """Between requests: no request handled, none parsed and waiting (the bytes that
-        came are the start of the next head, not a body)."""
-        return self._current_request is None and not self._messages and not self._force_close
+    def _awaiting_request(self) -> bool:
+        """The connection waits for its next request's head: none is being parsed into a
+        request, handled, answered or having its body read."""
+        waiter: asyncio.Future[None] | None = getattr(self, "_waiter", None)
+        return waiter is not None and not waiter.done()
 
     def _stop_clock(self) -> None:
         if self._head_clock is not None:
@@ -73,11 +82,11 @@ class HeadTimedHandler(RequestHandler):
 
     def _head_too_slow(self) -> None:
         self._head_clock = None
-        if self._request_count != self._heads_at_start or self.transport is None:
+        transport = self.transport
+        if not self._awaiting_request() or transport is None or transport.is_closing():
             return
-        self.transport.write(TIMEOUT_RESPONSE)
-        self.force_close()
-        self.transport.close()
+        transport.write(TIMEOUT_RESPONSE)
+        self.force_close()  # closes the transport once the 408 is written
 
 
 class HeadTimedSite(web.TCPSite):

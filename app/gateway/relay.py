@@ -28,7 +28,7 @@ from typing import Any
 
 from app.events import Response, StreamDelta
 from app.gateway import shape
-from app.gateway.errors import GatewayError, from_error_body
+from app.gateway.errors import GatewayError, from_error_body, no_answer_in_time
 
 #: The error event's ``code`` when the stream the client saw cannot end as an answer.
 STREAM_INTERRUPTED = "stream_interrupted"
@@ -76,11 +76,12 @@ class Relay:
             return Step()  # another call, or a copy already sent
         return Step(frames=self._frames(item))
 
-    def timed_out(self) -> Step:
-        """No answer within the wait, none on ``llm.responses`` either."""
+    def timed_out(self, waited_s: float) -> Step:
+        """No answer within the wait (``waited_s``), none on ``llm.responses`` either: a 504
+        with a retry hint when nothing was sent yet."""
         self.done = True
         if self.call is None:
-            return Step(error=GatewayError(504, "no answer in time", "gateway_timeout"))
+            return Step(error=no_answer_in_time(self.request_id, waited_s))
         return Step(frames=[self._error_frame("no end of the stream in time")])
 
     def _commit(self, delta: StreamDelta) -> Step:

@@ -101,7 +101,7 @@ async def _stream_live(
     reply: web.StreamResponse | None = None
     async with contextlib.aclosing(gateway.stream_items(prepared)) as items:
         async for item in items:
-            step = relay.take(item) if item is not None else relay.timed_out()
+            step = relay.take(item) if item is not None else relay.timed_out(gateway.wait_s)
             if step.error is not None:
                 raise step.error
             if step.headers is not None:

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaProducer
 
 from app.config import GatewayKey, RoutingConfig
 from app.events import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
-from app.gateway.errors import GatewayError, from_dead_letter, invalid
+from app.gateway.errors import GatewayError, from_dead_letter, invalid, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route
 from app.gateway.lookup import ResponseLookup
 from app.gateway.translate import request_event
@@ -129,7 +129,8 @@ class Gateway:
             raise GatewayError(429, message, "gateway_busy", retry_after_s=1.0)
 
     async def submit(self, prepared: Prepared) -> Response:
-        """Publish, then wait for the reply (or find the answer on ``llm.responses``)."""
+        """Publish, then wait for the reply up to :attr:`wait_s` (then find the answer on
+        ``llm.responses``, or answer 504 ``gateway_timeout`` with a retry hint)."""
         self.check_room()
         future = self.waiter.expect(prepared.request_id)
         try:
@@ -137,8 +138,10 @@ class Gateway:
             return await asyncio.wait_for(asyncio.shield(future), timeout=self.wait_s)
         except TimeoutError:
             found = await self.lookup.find(prepared.request_id)
+            if found is None and future.done() and not future.cancelled():
+                found = future.result()  # the reply came during the lookup
             if found is None:
-                raise GatewayError(504, "no answer in time", "gateway_timeout") from None
+                raise no_answer_in_time(prepared.request_id, self.wait_s) from None
             return found
         finally:
             self.waiter.forget(prepared.request_id)
@@ -147,7 +150,8 @@ class Gateway:
         self, prepared: Prepared
     ) -> AsyncGenerator[StreamDelta | Response | None, None]:
         """Publish, then yield the request's deltas and answer as they come; at the end of
-        the wait, the answer found on ``llm.responses`` or None. Close it when done."""
+        the wait (:attr:`wait_s`), what came during the lookup on ``llm.responses``, then
+        the answer found there or None. Close it when done."""
         self.check_room()
         inbox = self.waiter.expect_stream(prepared.request_id)
         loop = asyncio.get_running_loop()
@@ -158,7 +162,10 @@ class Gateway:
                 try:
                     item = await asyncio.wait_for(inbox.get(), max(0.0, deadline - loop.time()))
                 except TimeoutError:
-                    yield await self.lookup.find(prepared.request_id)
+                    found = await self.lookup.find(prepared.request_id)
+                    while not inbox.empty():  # what came during the lookup
+                        yield inbox.get_nowait()
+                    yield found
                     return
                 yield item
         finally:
