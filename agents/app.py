@@ -46,6 +46,9 @@ def build_app(settings: Settings) -> faust.App:
         table_standby_replicas=settings.table_standby_replicas,
         key_serializer="raw",
         value_serializer="raw",
+        # web_bind is the address the server listens on (Faust's default: every interface);
+        # web_host only names it in the URLs Faust builds.
+        web_bind=settings.web_host,
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_in_thread=False,

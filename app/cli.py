@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -142,58 +140,22 @@ def _add_local_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from app.embedded.stack import EmbeddedStack
+    from app.embedded.up import UpOptions, run_up, user_providers
 
-    get_settings()  # a bad SWITCHYARD_* setting: one line, before anything starts
+    settings = get_settings()  # a bad SWITCHYARD_* setting: one line, before anything starts
+    if args.providers is not None and args.local_model:
+        raise ConfigError("--providers and --local-model do not go together")
+    # A bad providers file: one line, before anything starts.
+    providers_text = None if args.providers is None else user_providers(args.providers, settings)
     local_models, providers_yaml = _local_stack(_local_choice(args))
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        from app.embedded.broker import free_port
-        from app.gateway.run import LOCAL_KEY, add_local_key, start_gateway
-
-        console_port = free_port()  # the workers redirect /admin/trace to the console
-        console_env = {"SWITCHYARD_CONSOLE_URL": f"http://127.0.0.1:{console_port}"}
-        async with EmbeddedStack(
-            seed=args.seed,
-            local_models=local_models,
-            providers_yaml=providers_yaml,
-            env=console_env,
-        ) as stack:
-            add_local_key(stack.providers_file, args.api_key or LOCAL_KEY)
-            gateway = await start_gateway(stack.gateway_settings(args.gateway_port))
-            print(f"broker={stack.broker.bootstrap}", flush=True)
-            for worker in stack.workers:  # /metrics, /healthz, /readyz, /admin
-                print(f"web={worker.web_url}", flush=True)
-            print(f"gateway={gateway.url}/v1", flush=True)
-            from app.console.server import start_stack_console
-
-            console = await start_stack_console(stack, console_port)  # sink and pages
-            print(f"console={console.url}", flush=True)
-            print(f"api_key={'(--api-key)' if args.api_key else LOCAL_KEY}", flush=True)
-            for provider_id, url in stack.providers.base_urls().items():
-                print(f"provider {provider_id} {url}", flush=True)
-            for local_model in stack.local_models:
-                name = "local_judge" if local_model.options.grammar else "local_model"
-                print(f"{name}={local_model.base_url}", flush=True)
-            print(f"providers file {stack.providers_file}", flush=True)
-            print("worker running; Ctrl-C to stop", flush=True)
-            while not stop.is_set() and all(w.running for w in stack.workers):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=0.5)
-            if not stop.is_set():
-                print("worker exited", file=sys.stderr)
-            # Bounded: a broker that no longer answers holds the gateway's producer (10 s in all).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(gateway.stop(), timeout=1.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(console.stop(), timeout=2.0)
-
-    asyncio.run(run())
-    return 0
+    options = UpOptions(
+        seed=args.seed,
+        gateway_port=args.gateway_port,
+        api_key=args.api_key,
+        ready_timeout_s=args.ready_timeout,
+        providers_text=providers_text,
+    )
+    return run_up(settings, options, local_models, providers_yaml)
 
 
 def _gateway(args: argparse.Namespace) -> int:
@@ -299,6 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--seed", type=int, default=0)
     up.add_argument("--gateway-port", type=int, default=0, help="the gateway's port (0: any)")
     up.add_argument("--api-key", default=None, help="the gateway's API key (default: printed)")
+    up.add_argument(
+        "--providers",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="route to the providers this file names (a copy of it; no simulated providers)",
+    )
+    up.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long the worker may take to answer ready (default 120)",
+    )
     _add_local_model_flags(up)
     up.set_defaults(run=_up)
 

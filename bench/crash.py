@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported in run(): `switchyard` imports this module at every start
-    from app.embedded.stack import EmbeddedStack
+    from app.embedded.stack import EmbeddedStack, Worker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,11 +67,12 @@ async def _kill_periodically(
         worker.start()
 
 
-async def _total_pulls(port: str) -> int:
+async def _total_pulls(worker: Worker) -> int:
     import httpx
 
-    async with httpx.AsyncClient() as client:
-        stats = (await client.get(f"http://127.0.0.1:{port}/admin/bandit/stats", timeout=5)).json()
+    url = f"{worker.web_url}/admin/bandit/stats"
+    async with httpx.AsyncClient(headers=worker.admin_headers) as client:
+        stats = (await client.get(url, timeout=5)).json()
     return sum(arm["pulls"] for route in stats.values() for arm in route.values())
 
 
@@ -105,14 +106,13 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
             all_answered(ids, topics.responses),
             timeout_s=300,
         )
-        port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]
         # A neutral outcome (a passed deadline, a client error, a 429) is never a pull.
         outcome_ids = {
             o["id"] for o in records[topics.outcomes] if not _neutral(o.get("status_class"))
         }
         pulls = 0
         for _ in range(60):
-            pulls = await _total_pulls(port)
+            pulls = await _total_pulls(stack.workers[0])
             if pulls >= len(outcome_ids):
                 break
             await asyncio.sleep(1)

@@ -8,7 +8,6 @@ the API key, and the processes whose CPU counts for it.
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import httpx
 import yaml
 
 from app.embedded.broker import free_port
+from app.embedded.child_env import child_env
 from app.embedded.lifetime import die_with_parent
 from app.embedded.stack import EmbeddedStack
 from app.gateway.run import LOCAL_KEY, add_local_key
@@ -69,7 +69,7 @@ class Process:
 def start_mock(latency_ms: int, workdir: Path) -> tuple[Process, str]:
     port = free_port()
     command = [sys.executable, "-m", "bench.gateway_mock", str(port), str(latency_ms)]
-    mock = Process("mock", command, dict(os.environ), workdir)
+    mock = Process("mock", command, child_env(None), workdir)
     _wait_listening(port, mock)
     return mock, f"http://127.0.0.1:{port}/v1"
 
@@ -84,7 +84,7 @@ def providers_yaml(mock_url: str) -> str:
 def start_gateway(stack: EmbeddedStack, workdir: Path, port: int, partition: int = 0) -> Process:
     """``switchyard gateway`` in front of ``stack``, on ``port``, owning reply ``partition``."""
     env = {
-        **stack.worker_env(99),
+        **stack.worker_env(99),  # the stack's broker, topics and the inherited settings
         "SWITCHYARD_GATEWAY_PORT": str(port),
         "SWITCHYARD_GATEWAY_REPLY_PARTITIONS": f"[{partition}]",
     }
@@ -119,13 +119,15 @@ def start_litellm(mock_url: str, workdir: Path) -> tuple[Process, Side]:
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     key = f"sk-bench-{secrets.token_hex(16)}"
     port = free_port()
-    env = {
-        **os.environ,
-        "LITELLM_MASTER_KEY": key,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_LOG": "ERROR",
-        "LITELLM_TELEMETRY": "False",
-    }
+    env = child_env(
+        None,
+        {
+            "LITELLM_MASTER_KEY": key,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_LOG": "ERROR",
+            "LITELLM_TELEMETRY": "False",
+        },
+    )
     litellm = str(Path(sys.executable).with_name("litellm"))
     command = [litellm, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
     process = Process("litellm", command, env, workdir)
@@ -141,7 +143,7 @@ def litellm_unavailable() -> str | None:
         [sys.executable, "-c", "import litellm.proxy.proxy_server"],
         capture_output=True,
         text=True,
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        env=child_env(None, {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}),
         check=False,
         timeout=120,
     )

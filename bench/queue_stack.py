@@ -244,13 +244,11 @@ async def bandit_stats(stack: EmbeddedStack) -> dict[str, Any] | None:
     """The worker's ``GET /admin/bandit/stats`` (None when it does not answer)."""
     import httpx
 
-    env = stack.workers[0].env
-    token = env.get("SWITCHYARD_ADMIN_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"http://127.0.0.1:{env['SWITCHYARD_WEB_PORT']}/admin/bandit/stats"
+    worker = stack.workers[0]
+    url = f"{worker.web_url}/admin/bandit/stats"
     try:
         async with httpx.AsyncClient() as client:
-            response = await client.get(url, headers=headers, timeout=5)
+            response = await client.get(url, headers=worker.admin_headers, timeout=5)
             return dict(response.json()) if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

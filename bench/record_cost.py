@@ -38,7 +38,9 @@ from aiokafka import AIOKafkaProducer
 
 from app.client import TopicFollower
 from app.embedded.broker import EmbeddedBroker
+from app.embedded.child_env import child_env
 from app.kafka import client_security
+from app.settings import Settings
 from bench.throughput.procfs import process_cpu_s
 
 #: Record operations per successful request in a worker (docs/flow.md), by kind.
@@ -162,19 +164,22 @@ async def _one(
 def _start_app(
     broker: EmbeddedBroker, names: dict[str, str], sends: int, datadir: Path, way: str
 ) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "RC_BROKER": broker.url,
-        "RC_BOOTSTRAP": broker.bootstrap,
-        "RC_APP_ID": f"record-cost-{names['in']}",
-        "RC_PARTITIONS": "1",
-        "RC_SENDS": str(sends),
-        "RC_IN": names["in"],
-        "RC_OUT": names["out"],
-        "RC_DONE": names["done"],
-        "RC_DATADIR": str(datadir),
-        "RC_DIRECT": "1" if way == "producer" else "0",
-    }
+    # A Faust app of ours: the caller's transport tuning and Kafka security, as a worker's.
+    env = child_env(
+        Settings(),
+        {
+            "RC_BROKER": broker.url,
+            "RC_BOOTSTRAP": broker.bootstrap,
+            "RC_APP_ID": f"record-cost-{names['in']}",
+            "RC_PARTITIONS": "1",
+            "RC_SENDS": str(sends),
+            "RC_IN": names["in"],
+            "RC_OUT": names["out"],
+            "RC_DONE": names["done"],
+            "RC_DATADIR": str(datadir),
+            "RC_DIRECT": "1" if way == "producer" else "0",
+        },
+    )
     datadir.mkdir(parents=True)
     command = [sys.executable, "-m", "bench.record_cost_app", "worker", "-l", "warn"]
     if way == "raw":

@@ -9,108 +9,21 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
+from up_helpers import Command, descendants, wait_gone, wait_ready
 
 from app.embedded.lifetime import DEADLINE_EXIT_CODE
 from app.embedded.stack import EmbeddedStack, Worker
 from app.settings import Settings
 
 pytestmark = pytest.mark.broker
-ROOT = Path(__file__).resolve().parent.parent
 #: What issue 16 allows between the signal and the last process gone.
 STOP_BUDGET_S = 10.0
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
-    except FileNotFoundError:
-        return False
-
-
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def wait_gone(pids: set[int], until: float) -> set[int]:
-    """The pids still alive at ``until`` (monotonic), or none as soon as all are gone."""
-    while time.monotonic() < until:
-        if not any(alive(pid) for pid in pids):
-            return set()
-        time.sleep(0.05)
-    return {pid for pid in pids if alive(pid)}
-
-
-class Command:
-    """A ``switchyard`` command with its output lines collected as they come."""
-
-    def __init__(self, *args: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            cwd=ROOT, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, prefix: str, timeout_s: float = 90.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.process.poll() is None:
-            for line in list(self.lines):
-                if line.startswith(prefix):
-                    return line
-            time.sleep(0.1)
-        pytest.fail(f"no {prefix!r} line: {self.lines[-30:]}")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-
-def wait_ready(url: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"{url}/readyz never answered 200")
 
 
 @pytest.fixture

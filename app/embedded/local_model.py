@@ -47,6 +47,7 @@ from typing import Final
 import httpx
 
 from app.embedded.broker import free_port
+from app.embedded.child_env import child_env
 from app.embedded.lifetime import die_with_parent
 from app.embedded.model_weights import default_weights_dir, served_weights
 
@@ -141,7 +142,7 @@ class LocalModelOptions:
 
 
 class LocalModelServer:
-    """One ``llama-server`` child process on ``127.0.0.1``."""
+    """One ``llama-server`` child process on ``host`` (loopback by default)."""
 
     def __init__(
         self,
@@ -149,9 +150,10 @@ class LocalModelServer:
         *,
         port: int | None = None,
         log_path: Path | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.options = options or LocalModelOptions()
-        self.host = "127.0.0.1"
+        self.host = host
         self.port = port or free_port(self.host)
         self._own_dir: Path | None = None
         if log_path is None:
@@ -203,9 +205,9 @@ class LocalModelServer:
     def launch(self) -> LocalModelServer:
         """Start the process (not yet ready: :meth:`wait_ready`)."""
         command = self.command()
-        env = dict(os.environ)
         lib_dir = str(server_binary().parent)
-        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [lib_dir, env.get("LD_LIBRARY_PATH")]))
+        libraries = ":".join(filter(None, [lib_dir, os.environ.get("LD_LIBRARY_PATH")]))
+        env = child_env(None, {"LD_LIBRARY_PATH": libraries})  # not Switchyard's: no token
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

@@ -8,18 +8,22 @@ process talking to a broker.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+import httpx
+
 from app.embedded.broker import EmbeddedBroker, free_port
+from app.embedded.child_env import TRANSPORT_TUNING_ENV as TRANSPORT_TUNING_ENV
+from app.embedded.child_env import child_env
 from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
@@ -28,18 +32,8 @@ from app.settings import Settings, Topics
 if TYPE_CHECKING:
     from app.embedded.local_model import LocalModelServer
 
-
-#: The broker transport's tuning (fetch waits, linger, the router's local fold; fields
-#: of ``Settings``): the processes the stack starts take these from the calling
-#: environment, other ``SWITCHYARD_*`` variables they do not, so a bench can compare
-#: them in every process.
-TRANSPORT_TUNING_ENV = (
-    "SWITCHYARD_FETCH_MAX_WAIT_MS",
-    "SWITCHYARD_FETCH_IDLE_WAIT_MS",
-    "SWITCHYARD_PRODUCER_LINGER_MS",
-    "SWITCHYARD_ROUTER_LOCAL_FOLD",
-    "SWITCHYARD_FAST_DELIVERY",
-)
+#: How long ``switchyard up`` waits for its worker to answer ready (``--ready-timeout``).
+WORKER_READY_TIMEOUT_S = 120.0
 
 
 def namespaced_topics(namespace: str) -> Topics:
@@ -54,6 +48,15 @@ def namespaced_topics(namespace: str) -> Topics:
 #: ``switchyard up`` and the demo are gone within 10 s of SIGTERM or SIGINT (issue 16 §5).
 WORKER_SHUTDOWN_S = 6.0
 WORKER_KILL_AFTER_S = 7.0
+
+
+class WorkerNotReady(RuntimeError):
+    """A worker exited, or did not get ready in time, while it was waited for."""
+
+    def __init__(self, message: str, log_tail: list[str]) -> None:
+        super().__init__(message)
+        #: The last lines of its log, when it failed.
+        self.log_tail = log_tail
 
 
 class Worker:
@@ -84,8 +87,80 @@ class Worker:
         return f"http://{host}:{self.env.get('SWITCHYARD_WEB_PORT', '6066')}"
 
     @property
+    def admin_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of the worker's admin views (none without a token)."""
+        token = self.env.get("SWITCHYARD_ADMIN_TOKEN")
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    async def wait_listening(
+        self, timeout_s: float = WORKER_READY_TIMEOUT_S, *, since: float | None = None
+    ) -> None:
+        """Until the worker's web server accepts connections (any answer of ``/healthz``);
+        ``timeout_s`` counts from ``since`` (``time.monotonic()``; default: now)."""
+        await self._wait_for("accepting connections", self._accepting, timeout_s, since)
+
+    async def wait_ready(
+        self, timeout_s: float = WORKER_READY_TIMEOUT_S, *, since: float | None = None
+    ) -> None:
+        """Until ``/readyz`` answers 200: partitions assigned, tables recovered."""
+        await self._wait_for("ready", self._ready, timeout_s, since)
+
+    async def _accepting(self, client: httpx.AsyncClient) -> str | None:
+        try:
+            await client.get(f"{self.web_url}/healthz")
+        except httpx.TransportError:
+            return "not listening"
+        return None
+
+    async def _ready(self, client: httpx.AsyncClient) -> str | None:
+        try:
+            reply = await client.get(f"{self.web_url}/readyz")
+        except httpx.TransportError:
+            return "not listening"
+        if reply.status_code == 200:
+            return None
+        try:
+            return str(reply.json()["status"])
+        except (ValueError, KeyError, TypeError):
+            return f"HTTP {reply.status_code}"
+
+    async def _wait_for(
+        self,
+        what: str,
+        probe: Callable[[httpx.AsyncClient], Awaitable[str | None]],
+        timeout_s: float,
+        since: float | None,
+    ) -> None:
+        """Poll ``probe`` (None: done; else where the worker is) until done; raise
+        :class:`WorkerNotReady` when the process exits or ``timeout_s`` passes."""
+        deadline = (time.monotonic() if since is None else since) + timeout_s
+        async with httpx.AsyncClient(
+            timeout=2.0, trust_env=False, headers=self.admin_headers
+        ) as client:
+            while True:
+                if self.process is None or self.process.poll() is not None:
+                    code = None if self.process is None else self.process.returncode
+                    message = f"the worker exited with code {code} before it was {what}"
+                    raise WorkerNotReady(message, self.log_tail())
+                where = await probe(client)
+                if where is None:
+                    return
+                if time.monotonic() >= deadline:
+                    message = f"the worker was not {what} within {timeout_s:.3g} s ({where})"
+                    raise WorkerNotReady(message, self.log_tail())
+                await asyncio.sleep(0.1)
+
+    def log_tail(self, lines: int = 20) -> list[str]:
+        """The last lines of the worker's log (a worker logs no request content)."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
 
     def kill(self) -> None:
         """SIGKILL: the crash the at-least-once design must survive."""
@@ -104,6 +179,14 @@ class Worker:
 
 
 class EmbeddedStack:
+    """Broker, providers and workers on ``host`` (loopback by default).
+
+    ``settings``: the caller's (default: read from the environment when a worker starts);
+    the workers get what of them concerns every Switchyard process (app/embedded/child_env.py),
+    the gateway and console :meth:`gateway_settings` and :meth:`settings`.
+    ``simulated=False``: no simulated providers (``providers_yaml`` names the providers).
+    """
+
     def __init__(
         self,
         *,
@@ -117,16 +200,23 @@ class EmbeddedStack:
         providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
         detect_broker: bool = False,
         local_models: Sequence[LocalModelServer] = (),
+        settings: Settings | None = None,
+        simulated: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
+        if not simulated and not isinstance(providers_yaml, str):
+            raise ValueError("without simulated providers, providers_yaml names the providers")
         self._own_broker = broker is None
-        self.broker = broker or EmbeddedBroker()
+        self.broker = broker or EmbeddedBroker(host)
         self.namespace = namespace
         self.topics = namespaced_topics(namespace)
         #: Route to these providers instead of the simulated ones (e.g. llmock servers).
         self.providers_yaml = providers_yaml
-        self.providers = SimulatedProviders(seed=seed, time_scale=time_scale)
+        self.providers = SimulatedProviders(seed=seed, time_scale=time_scale, host=host)
+        self.simulated = simulated
         self.partitions = partitions
         self.extra_env = env or {}
+        self._settings = settings
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="switchyard-"))
         self.workers: list[Worker] = []
@@ -141,30 +231,31 @@ class EmbeddedStack:
     def providers_file(self) -> Path:
         return self.workdir / "providers.yaml"
 
+    def caller_settings(self) -> Settings:
+        """The settings the stack was given, or this environment's as it is now."""
+        return self._settings if self._settings is not None else Settings()
+
     def worker_env(self, index: int) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("SWITCHYARD_") or k in TRANSPORT_TUNING_ENV
+        settings = self.caller_settings()
+        own = {
+            "SWITCHYARD_BROKER": self.broker.url,
+            "SWITCHYARD_PROVIDERS": str(self.providers_file),
+            "SWITCHYARD_DATA_DIR": str(self.workdir / f"worker-{index}"),
+            "SWITCHYARD_WEB_PORT": str(free_port(settings.web_host)),
+            "SWITCHYARD_PARTITIONS": str(self.partitions),
+            "SWITCHYARD_APP_ID": f"switchyard-{self.namespace}" if self.namespace else "switchyard",
+            "SWITCHYARD_SHUTDOWN_TIMEOUT_S": str(WORKER_SHUTDOWN_S),
         }
-        env.update(
-            SWITCHYARD_BROKER=self.broker.url,
-            SWITCHYARD_PROVIDERS=str(self.providers_file),
-            SWITCHYARD_DATA_DIR=str(self.workdir / f"worker-{index}"),
-            SWITCHYARD_WEB_PORT=str(free_port()),
-            SWITCHYARD_PARTITIONS=str(self.partitions),
-            SWITCHYARD_APP_ID=f"switchyard-{self.namespace}" if self.namespace else "switchyard",
-        )
         if not self.detect_broker:
-            env["SWITCHYARD_TANSU_COMPAT"] = "1"
-        env["SWITCHYARD_SHUTDOWN_TIMEOUT_S"] = str(WORKER_SHUTDOWN_S)
+            own["SWITCHYARD_TANSU_COMPAT"] = "1"
         for name, topic in self.topics.model_dump().items():
-            env[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
-        env.update(self.extra_env)
-        return env
+            own[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
+        return child_env(settings, {**own, **self.extra_env})
 
     def settings(self) -> Settings:
-        return Settings(broker=self.broker.url, partitions=self.partitions, topics=self.topics)
+        """The caller's settings on this stack's broker, partitions and topics."""
+        update = {"broker": self.broker.url, "partitions": self.partitions, "topics": self.topics}
+        return self.caller_settings().model_copy(update=update)
 
     def gateway_settings(self, port: int = 0) -> Settings:
         """Settings of a gateway (app/gateway/) in front of this stack, on ``port`` (0: any)."""
@@ -178,7 +269,8 @@ class EmbeddedStack:
             await start_all(self.local_models)
         if self._own_broker:
             await asyncio.to_thread(self.broker.start)
-        await self.providers.start()
+        if self.simulated:
+            await self.providers.start()
         if callable(self.providers_yaml):
             config = self.providers_yaml(self.providers)
         else:
@@ -197,7 +289,7 @@ class EmbeddedStack:
 
     async def stop(self) -> None:
         await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.workers))
-        await self.providers.stop()
+        await self.providers.stop()  # a no-op when not started
         await asyncio.gather(*(asyncio.to_thread(m.stop) for m in self.local_models))
         if self._own_broker:
             self.broker.resume()  # a broker stopped by SIGSTOP could not act on SIGTERM

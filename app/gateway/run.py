@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from app.config import load_config
+from app.config import ConfigError, load_config, read_yaml
 from app.gateway.head_timeout import HeadTimedSite
 from app.gateway.keys import hash_key
 from app.gateway.server import build_app
@@ -82,10 +82,18 @@ LOCAL_KEY = "sk-switchyard-local"
 
 
 def add_local_key(providers_file: Path, key: str) -> None:
-    """Let ``key`` into the embedded stack's gateway (its hash, appended to the file)."""
-    entry = yaml.safe_dump({"gateway_keys": [{"sha256": hash_key(key), "name": "local"}]})
-    with providers_file.open("a", encoding="utf-8") as out:
-        out.write("\n" + entry)
+    """Let ``key`` into the embedded stack's gateway: its hash joins the file's
+    ``gateway_keys`` (those already there are kept). The file is rewritten: give it the
+    stack's copy, never a user's own."""
+    data = read_yaml(providers_file)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{providers_file}: the top level is not a mapping")
+    keys = data.get("gateway_keys") or []
+    if not isinstance(keys, list):
+        raise ConfigError(f"{providers_file}: gateway_keys is not a list")
+    data["gateway_keys"] = [*keys, {"sha256": hash_key(key), "name": "local"}]
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    providers_file.write_text(text, encoding="utf-8")
 
 
 def hash_key_from_stdin() -> int:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from app.embedded.child_env import child_env
 from app.embedded.lifetime import die_with_parent
 from bench.throughput.workload import MOCK_MODEL
 
@@ -106,7 +106,7 @@ class MockServer:
         ]
 
     def start(self, timeout_s: float = 20.0) -> MockServer:
-        env = {**os.environ, "LLMOCK_LATENCY_MS": str(self.latency_ms)}
+        env = child_env(None, {"LLMOCK_LATENCY_MS": str(self.latency_ms)})
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.command(),
