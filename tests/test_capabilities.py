@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from factories import T0, accepted, fold, policy, provider
+from factories import T0, accepted, finished, fold, outcome, policy, provider
 
 from app.config import parse_config
-from app.events import ChatMessage, ChatRequest, RequestAccepted
+from app.events import ChatMessage, ChatRequest, RequestAccepted, StatusClass
 from app.routing.policy import Policy
 from app.settings import RoutingParams
 from app.understanding.features import extract_features
@@ -113,3 +113,25 @@ def test_a_local_model_too_small_for_the_prompt_hands_it_to_the_cloud_at_once() 
         (e.deployment, e.reason) for e in decision.excluded
     }
     assert _routed(_request("l2", "a short question"), pol).deployment == "local:smol"
+
+
+def test_a_context_length_refusal_teaches_the_deployment_its_window() -> None:
+    """A 400 ``context_length_exceeded``: that deployment gets no request as large again
+    (others still do), and smaller ones still go to it."""
+    pol = policy(provider("a"), provider("b"))
+    big = _request("w1", "x" * 40_000)
+    first = fold([big], pol)
+    one = first.decisions[0].deployment
+    refused = outcome(
+        "w1", one, T0 + 1, status=StatusClass.CLIENT_ERROR, retriable=True, final=False
+    ).model_copy(update={"error": "context_length_exceeded: HTTP 400 (context_length_exceeded)"})
+    moved = fold([finished(refused, retry=big)], pol, first)
+    assert moved.state.arm(one).refused_tokens == 10_000
+    other = moved.decisions[0].deployment
+    assert other != one
+    again = fold([_request("w2", "y" * 40_000)], pol, moved)
+    decision = again.decisions[0]
+    assert decision.deployment == other
+    assert (one, "context_window_learnt") in {(e.deployment, e.reason) for e in decision.excluded}
+    small = fold([_request("w3", "short")], pol, again)
+    assert small.dispatches  # a short prompt may still go anywhere

@@ -138,7 +138,7 @@ def route(
     plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
     if plan is None:
         plan = plan_candidates(accepted, policy, attempt, tried, state)
-    plan = _capable(plan, accepted, policy)
+    plan = _capable(plan, accepted, policy, state)
     if plan.refusal is not None:
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
@@ -276,12 +276,14 @@ def attempts_allowed(
     return policy.max_attempts(accepted.route) + (1 if took else 0)
 
 
-def _capable(plan: CandidatePlan, accepted: RequestAccepted, policy: Policy) -> CandidatePlan:
+def _capable(
+    plan: CandidatePlan, accepted: RequestAccepted, policy: Policy, state: RouteState
+) -> CandidatePlan:
     """The plan without the deployments that cannot serve the request (their modalities,
     context window, answer length), or a 400 when none can."""
     if plan.refusal is not None or not plan.arms:
         return plan
-    kept, out = split_capable(plan.arms, accepted, policy)
+    kept, out = split_capable(plan.arms, accepted, policy, state)
     if not out:
         return plan
     excluded = [*plan.excluded, *out]

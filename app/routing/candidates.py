@@ -20,7 +20,7 @@ from typing import cast
 
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
-from app.routing.capabilities import unable
+from app.routing.capabilities import needs_of, unable
 from app.routing.policy import Arm, Policy
 from app.routing.records import record
 from app.routing.state import BreakerPhase, RouteState
@@ -157,6 +157,8 @@ def local_unready(
     if lacks is not None:
         return f"local_{lacks}"
     arm_state = state.arm(arm.deployment)
+    if arm_state.refused_tokens and needs_of(accepted).tokens >= arm_state.refused_tokens:
+        return "local_context_window_learnt"
     if arm_state.breaker.state is not BreakerPhase.CLOSED:
         return "local_breaker_not_closed"
     if arm_state.in_flight >= arm.provider.max_concurrency:

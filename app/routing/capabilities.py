@@ -6,6 +6,8 @@ room for its prompt and answer: about a token per four characters of prompt, plu
 ``max_tokens``. A model declares what it has in ``providers.yaml`` (``modalities``,
 ``context_window``, ``max_output_tokens``); a model that declares nothing is taken to
 serve anything, so undeclared configurations route as before. A deployment that
+refused a prompt as longer than its window (``context_length_exceeded``) is not sent
+one as large again (:func:`learn_window`, in the route's state). A deployment that
 cannot serve the request is excluded before selection with the reason traced; a
 request no candidate can serve is refused with a 400 before any call.
 
@@ -21,6 +23,7 @@ from typing import cast
 from app.config import ModelSpec
 from app.events import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
+from app.routing.state import ArmState, RouteState, evolve_arm
 
 #: Characters of prompt per token, for the fit to a context window (a safe side:
 #: English runs about four characters a token, code and other scripts fewer).
@@ -94,23 +97,37 @@ def unable(arm: Arm, accepted: RequestAccepted, policy: Policy) -> str | None:
 
 
 def split_capable(
-    arms: Iterable[Arm], accepted: RequestAccepted, policy: Policy
+    arms: Iterable[Arm], accepted: RequestAccepted, policy: Policy, state: RouteState
 ) -> tuple[list[Arm], list[Exclusion]]:
     """The arms that can serve the request, and an exclusion with the reason for each
-    of the others (every arm kept, none excluded, when no model declares anything)."""
+    of the others (every arm kept, none excluded, when no model declares anything and
+    none refused a prompt as too long)."""
     arms = list(arms)
-    if not any_declared(policy):
+    declared = any_declared(policy)
+    refused = {a.deployment: state.arm(a.deployment).refused_tokens for a in arms}
+    if not declared and not any(refused.values()):
         return arms, []
     needs = needs_of(accepted)
     kept: list[Arm] = []
     out: list[Exclusion] = []
     for arm in arms:
-        reason = lacking(model_spec(arm), needs)
+        reason = lacking(model_spec(arm), needs) if declared else None
+        if reason is None and refused[arm.deployment] and needs.tokens >= refused[arm.deployment]:
+            reason = "context_window_learnt"
         if reason is None:
             kept.append(arm)
         else:
             out.append(Exclusion(deployment=arm.deployment, reason=reason))
     return kept, out
+
+
+def learn_window(arm: ArmState, accepted: RequestAccepted) -> ArmState:
+    """The arm after refusing ``accepted``'s prompt as longer than its context window:
+    no request as large goes to it again."""
+    tokens = needs_of(accepted).tokens
+    if arm.refused_tokens and arm.refused_tokens <= tokens:
+        return arm
+    return evolve_arm(arm, refused_tokens=tokens)
 
 
 def refusal(out: Iterable[Exclusion], accepted: RequestAccepted) -> ErrorBody:

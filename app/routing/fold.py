@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.events import (
+    CONTEXT_LENGTH_EXCEEDED,
     AttemptFinished,
     BudgetAsk,
     BudgetSettle,
@@ -49,6 +50,7 @@ from app.events import (
     Response,
     RouteTick,
     RoutingLogEvent,
+    refusal_code,
 )
 from app.routing import affinity, budget
 from app.routing.admission import (
@@ -69,6 +71,7 @@ from app.routing.answers import (
     provider_error,
 )
 from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
+from app.routing.capabilities import learn_window
 from app.routing.dynamic import count_spend, fall_back
 from app.routing.feedback import apply_outcome
 from app.routing.grading import apply_grade
@@ -317,6 +320,8 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
     open_attempts = dict(state.open_attempts)  # a C copy, then one out: the same order
     finished_attempt = open_attempts.pop(key)
     arm = apply_outcome(state.arm(outcome.deployment), outcome, state.clock, policy)
+    if event.retry is not None and refusal_code(outcome.error) == CONTEXT_LENGTH_EXCEEDED:
+        arm = learn_window(arm, event.retry)
     state = evolve_route(
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )

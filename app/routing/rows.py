@@ -175,6 +175,7 @@ def _arm_row(arm: ArmState) -> Row:
             "fast": _sums_row(arm.recent.fast),
         },
         "evidence": {key: _evidence_row(e) for key, e in arm.evidence.items()},
+        **({"refused_tokens": arm.refused_tokens} if arm.refused_tokens else {}),
     }
 
 
@@ -310,6 +311,7 @@ def _arm(row: Mapping[str, Any]) -> ArmState:
             fast=_sums(recent.get("fast") or {}),
         ),
         evidence={key: _evidence(e) for key, e in (row.get("evidence") or {}).items()},
+        refused_tokens=int(row.get("refused_tokens", 0)),
     )
 
 

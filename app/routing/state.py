@@ -130,6 +130,10 @@ class ArmState:
     #: Quality grades, answers and cost per context bucket (app/routing/context.py), by
     #: key; ``*`` is every context. Bounded: CONTEXT_MAX_KEYS per deployment.
     evidence: dict[str, Evidence] = field(default_factory=dict)
+    #: Tokens (the estimate app/routing/capabilities.py makes) of the smallest request
+    #: the deployment refused as longer than its context window (0: none): no request
+    #: that large is sent to it again.
+    refused_tokens: int = 0
 
     @property
     def mean_reward(self) -> float:
