@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -103,6 +103,14 @@ class ProviderConfig(BaseModel):
     #: has; elsewhere (false) the answer restarts and only what follows that text is
     #: sent. A deployment that answers a prefill with a 400 is then restarted too.
     prefill: bool = False
+    #: Data policy (app/routing/data_policy.py): where the deployment processes requests
+    #: (a region name such as ``eu``), how long it keeps them (``none``, or days), whether
+    #: it trains on them, and the certifications it holds. Undeclared: unknown, which no
+    #: request requiring it accepts.
+    region: str | None = None
+    data_retention: Literal["none"] | Annotated[int, Field(ge=1)] | None = None
+    trains_on_data: bool | None = None
+    certifications: list[str] = Field(default_factory=list)
     #: Call with ``stream: true`` to measure time to first token (a cut stream is a failure).
     stream: bool = False
     #: Expected acceptance of an answer (0-1), e.g. from an offline evaluation: the
@@ -181,7 +189,23 @@ class JudgeConfig(BaseModel):
     allow_self: bool = False
 
 
-class RouteConfig(BaseModel):
+class DataRules(BaseModel):
+    """What a route, a tenant or a request requires of the deployments that may serve it
+    (app/routing/data_policy.py); each can only add to the others' requirements."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Regions the request may be processed in (None: any).
+    regions: list[str] | None = None
+    #: Zero data retention: only deployments declaring ``data_retention: none``.
+    zdr: bool = False
+    #: ``deny``: only deployments declaring ``trains_on_data: false``.
+    data_collection: Literal["allow", "deny"] = "allow"
+    #: Certifications every deployment must hold.
+    certifications: list[str] = Field(default_factory=list)
+
+
+class RouteConfig(DataRules):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     providers: list[str] = Field(min_length=1)
@@ -199,8 +223,9 @@ class RouteConfig(BaseModel):
     affinity: AffinityConfig | None = None
 
 
-class ProviderLists(BaseModel):
-    """Seed 004's provider lists: applied before selection, every exclusion traced."""
+class ProviderLists(DataRules):
+    """Seed 004's provider lists (and a preset's data rules): applied before selection,
+    every exclusion traced."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -17,7 +17,9 @@ class ChatMessage(BaseModel):
 
 
 class RoutingOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+    """Routing controls of one request: an unknown one is refused, never ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
     #: Issue 14: ``false`` opts this request out of cache/session affinity.
@@ -26,14 +28,33 @@ class RoutingOptions(BaseModel):
     session_affinity: bool | None = None
 
 
-class ProviderPreferences(BaseModel):
-    """Seed 004's per-request provider lists."""
+class MaxPrice(BaseModel):
+    """The most a request will pay, USD per million tokens."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    prompt: Annotated[float, Field(ge=0.0)] | None = None
+    completion: Annotated[float, Field(ge=0.0)] | None = None
+
+
+class ProviderPreferences(BaseModel):
+    """Seed 004's per-request provider controls. Each narrows what the route, the tenant
+    and the key allow, never widens it; an unknown one is refused, never ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     only: list[str] | None = None
     ignore: list[str] = Field(default_factory=list)
     order: list[str] = Field(default_factory=list)
+    #: Try deployments cheapest, fastest or highest-throughput first, in that order.
+    sort: Literal["price", "latency", "throughput"] | None = None
+    #: ``false``: the first deployment only (no retry elsewhere, no fallback model).
+    allow_fallbacks: bool = True
+    max_price: MaxPrice | None = None
+    #: Data rules (app/routing/data_policy.py), added to the route's and the tenant's.
+    regions: list[str] | None = None
+    zdr: bool = False
+    data_collection: Literal["allow", "deny"] = "allow"
 
 
 class ReplyTo(BaseModel):

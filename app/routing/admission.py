@@ -19,6 +19,8 @@ from app.routing.budget_route import ask_first
 from app.routing.candidates import CandidatePlan, local_arm, plan_candidates, tenant_policy
 from app.routing.capabilities import refusal, split_capable
 from app.routing.context import level_index
+from app.routing.data_policy import refusal as data_refusal
+from app.routing.data_policy import split_allowed
 from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
@@ -138,7 +140,7 @@ def route(
     plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
     if plan is None:
         plan = plan_candidates(accepted, policy, attempt, tried, state)
-    plan = _capable(plan, accepted, policy, state)
+    plan = _narrowed(plan, accepted, policy, state)
     if plan.refusal is not None:
         return Step(
             state, responses=[error_response(request_id, attempt - 1, state.clock, plan.refusal)]
@@ -271,30 +273,44 @@ def attempts_allowed(
     """The route's ``max_attempts``, plus one when the local-first deployment took (or
     is taking: ``local_now``) the request's first attempt: not confident, or failing, it
     hands over without using one of the cloud's attempts."""
+    if not allows_fallbacks(accepted):
+        return 1
     local = local_arm(accepted, policy)
     took = local is not None and (local_now or local.deployment in tried)
     return policy.max_attempts(accepted.route) + (1 if took else 0)
 
 
-def _capable(
+def allows_fallbacks(accepted: RequestAccepted) -> bool:
+    """False when the request asked for its first deployment only (``provider:
+    {allow_fallbacks: false}``): one attempt, no fallback model."""
+    asked = accepted.request.provider
+    return asked is None or asked.allow_fallbacks
+
+
+def _narrowed(
     plan: CandidatePlan, accepted: RequestAccepted, policy: Policy, state: RouteState
 ) -> CandidatePlan:
-    """The plan without the deployments that cannot serve the request (their modalities,
-    context window, answer length), or a 400 when none can."""
+    """The plan without the deployments that cannot serve the request (its modalities,
+    context window, answer length) or that its data and price rules leave out, whatever
+    made the plan (a pin, the auto router, a dynamic route's model, a retry); refused
+    when none is left (400 for what no model can do, 403 for what no rule allows)."""
     if plan.refusal is not None or not plan.arms:
         return plan
-    kept, out = split_capable(plan.arms, accepted, policy, state)
-    if not out:
+    kept, unable = split_capable(plan.arms, accepted, policy, state)
+    kept, barred = split_allowed(kept, accepted, policy)
+    if not unable and not barred:
         return plan
-    excluded = [*plan.excluded, *out]
-    if not kept:
-        return replace(plan, arms=[], excluded=excluded, refusal=refusal(out, accepted))
-    return replace(plan, arms=kept, excluded=excluded)
+    excluded = [*plan.excluded, *unable, *barred]
+    if kept:
+        return replace(plan, arms=kept, excluded=excluded)
+    error = data_refusal(barred) if barred else refusal(unable, accepted)
+    return replace(plan, arms=[], excluded=excluded, refusal=error)
 
 
 def has_fallback(accepted: RequestAccepted) -> bool:
     """Whether a fallback model of the request's dynamic route is left to try."""
-    return accepted.dynamic is not None and bool(accepted.dynamic.fallbacks)
+    dynamic = accepted.dynamic
+    return dynamic is not None and bool(dynamic.fallbacks) and allows_fallbacks(accepted)
 
 
 def _not_again(

@@ -21,6 +21,7 @@ from typing import cast
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing.capabilities import needs_of, unable
+from app.routing.data_policy import breaks, rules_of
 from app.routing.policy import Arm, Policy
 from app.routing.records import record
 from app.routing.state import BreakerPhase, RouteState
@@ -49,6 +50,8 @@ class CandidatePlan:
     #: Issue 14: ``arms`` are ranked (the auto router's order): the first eligible one is
     #: chosen, ``scores`` are the ranking's trace and ``auto`` the rest of it.
     ordered: bool = False
+    #: The selection rule of an ordered plan's choice (``auto``, ``sort_price`` ...).
+    order_rule: str = "auto"
     scores: list[Candidate] | None = None
     auto: AutoTrace | None = None
 
@@ -153,7 +156,7 @@ def local_unready(
         return "provider_not_in_only"
     if arm.provider.id in lists.ignore:
         return "provider_ignored"
-    lacks = unable(arm, accepted, policy)
+    lacks = unable(arm, accepted, policy) or breaks(arm.provider, rules_of(accepted, policy))
     if lacks is not None:
         return f"local_{lacks}"
     arm_state = state.arm(arm.deployment)
@@ -295,4 +298,21 @@ def plan_candidates(
         return _refused(
             f"the request's constraints leave no provider ({rules})", "no_candidate", mode
         )
+    sort = accepted.request.provider.sort if accepted.request.provider else None
+    if sort is not None:  # tried in that order, the first that can take it now
+        arms.sort(key=lambda arm: _sort_key(sort, arm, state))
+        return CandidatePlan(
+            arms, excluded, narrowed.rule, domain, mode, ordered=True, order_rule=f"sort_{sort}"
+        )
     return CandidatePlan(arms, excluded, narrowed.rule, domain, mode)
+
+
+def _sort_key(sort: str, arm: Arm, state: RouteState) -> float:
+    """Cheapest (configured input + output price), fastest (latency EMA; untried last)
+    or highest observed output tokens/s first; ties keep the config order."""
+    if sort == "price":
+        return arm.provider.cost_per_mtok_input + arm.provider.cost_per_mtok_output
+    arm_state = state.arm(arm.deployment)
+    if sort == "latency":
+        return arm_state.avg_latency_s if arm_state.latency_samples else float("inf")
+    return -arm_state.tokens_per_s

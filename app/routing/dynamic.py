@@ -136,6 +136,9 @@ def fall_back(
     error = response.error
     if trace is None or not trace.fallbacks or error is None or response.status != "error":
         return None
+    asked = accepted.request.provider
+    if asked is not None and not asked.allow_fallbacks:
+        return None
     if not moves_on(error.type, error.http_status, error.code):
         return None
     following = trace.model_copy(
@@ -219,7 +222,11 @@ def _with_model_node(accepted: RequestAccepted, path: Path) -> RequestAccepted:
         asked = accepted.request.routing.model_dump() if accepted.request.routing else {}
         changes["routing"] = RoutingOptions.model_validate({**asked, "mode": str(model.mode)})
     if model.provider is not None:
-        changes["provider"] = ProviderPreferences.model_validate(model.provider.model_dump())
+        # The node's lists replace the request's; the request's other controls (its
+        # data rules, price caps, sort) still hold: a graph cannot lift them.
+        asked = accepted.request.provider.model_dump() if accepted.request.provider else {}
+        lists = model.provider.model_dump(include={"only", "ignore", "order"})
+        changes["provider"] = ProviderPreferences.model_validate({**asked, **lists})
     if not changes:
         return accepted
     return accepted.model_copy(update={"request": accepted.request.model_copy(update=changes)})

@@ -75,13 +75,21 @@ def is_retriable(status_class: StatusClass, http_status: int | None) -> bool:
 PROVIDER_RESULT_TYPES = frozenset(status.value for status in StatusClass)
 
 
+#: Error codes that say this model cannot serve the request, where another may: its
+#: context window, its capabilities, the request's data and price rules.
+MODEL_MISMATCHES = frozenset(
+    {CONTEXT_LENGTH_EXCEEDED, "no_capable_deployment", "no_deployment_allowed"}
+)
+
+
 def moves_on(error_type: str, http_status: int | None, code: str | None = None) -> bool:
     """Whether an error answer is a failure another model may rescue: every retriable
     result (429, 5xx of the seed's list, timeouts, connection errors, broken or cut
     streams, with or without an HTTP status), a route that had no deployment left to
-    try (503), or a prompt longer than the model's context window. Another client
-    error, a content-policy refusal or a passed deadline is not."""
-    if code == CONTEXT_LENGTH_EXCEEDED:
+    try (503), or a model that cannot serve the request (its context window, its
+    capabilities, the request's data and price rules). Another client error, a
+    content-policy refusal or a passed deadline is not."""
+    if code in MODEL_MISMATCHES:
         return True
     if error_type in PROVIDER_RESULT_TYPES:
         return is_retriable(StatusClass(error_type), http_status)

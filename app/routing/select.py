@@ -123,7 +123,7 @@ def select(
             return Selection(
                 stuck[0], scores, excluded, 1.0, updated, "affinity", affinity=stuck[1]
             )
-        return Selection(eligible[0][0], scores, excluded, 1.0, updated, "auto")
+        return Selection(eligible[0][0], scores, excluded, 1.0, updated, plan.order_rule)
     ranking = strategies.rank(
         eligible, total_started, request_id, attempt, policy, mode, state.clock, learning
     )
