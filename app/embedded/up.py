@@ -75,20 +75,28 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
     from app.console.server import RunningConsole, start_stack_console
     from app.embedded.broker import free_port
-    from app.gateway.run import LOCAL_KEY, add_local_key, start_gateway
+    from app.embedded.simulated import demo_providers_yaml
+    from app.gateway.run import LOCAL_KEY, start_gateway, with_key
 
     host = settings.console_host
     console_port = free_port(host)  # the workers redirect /admin/trace to the console
+    given = options.providers_text or providers_yaml
+    key = options.api_key or LOCAL_KEY
+
+    def keyed(simulated: SimulatedProviders) -> str:
+        """The stack's providers file with the gateway's key, before any worker reads it."""
+        text = given(simulated) if callable(given) else given or demo_providers_yaml(simulated)
+        return with_key(text, key)
+
     stack = EmbeddedStack(
         seed=options.seed,
         local_models=local_models,
-        providers_yaml=options.providers_text or providers_yaml,
+        providers_yaml=keyed,
         env={"SWITCHYARD_CONSOLE_URL": f"http://{host}:{console_port}"},
         settings=settings,
         simulated=options.providers_text is None,
     )
     async with stack:
-        add_local_key(stack.providers_file, options.api_key or LOCAL_KEY)
         gateway = await start_gateway(stack.gateway_settings(options.gateway_port))
         console: RunningConsole | None = None
         try:

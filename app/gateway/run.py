@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from app.config import ConfigError, load_config, read_yaml
+from app.config import ConfigError, load_config
 from app.gateway.head_timeout import HeadTimedSite
 from app.gateway.keys import hash_key
 from app.gateway.server import build_app
@@ -85,15 +85,21 @@ def add_local_key(providers_file: Path, key: str) -> None:
     """Let ``key`` into the embedded stack's gateway: its hash joins the file's
     ``gateway_keys`` (those already there are kept). The file is rewritten: give it the
     stack's copy, never a user's own."""
-    data = read_yaml(providers_file)
+    text = providers_file.read_text(encoding="utf-8")
+    providers_file.write_text(with_key(text, key, source=str(providers_file)), encoding="utf-8")
+
+
+def with_key(text: str, key: str, source: str = "providers file") -> str:
+    """A providers document with ``key``'s hash added to its ``gateway_keys`` (as
+    ``local``): written before any worker reads it, so the first policy version has it."""
+    data = yaml.safe_load(text)
     if not isinstance(data, dict):
-        raise ConfigError(f"{providers_file}: the top level is not a mapping")
+        raise ConfigError(f"{source}: the top level is not a mapping")
     keys = data.get("gateway_keys") or []
     if not isinstance(keys, list):
-        raise ConfigError(f"{providers_file}: gateway_keys is not a list")
+        raise ConfigError(f"{source}: gateway_keys is not a list")
     data["gateway_keys"] = [*keys, {"sha256": hash_key(key), "name": "local"}]
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    providers_file.write_text(text, encoding="utf-8")
+    return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
 def hash_key_from_stdin() -> int:

@@ -1,5 +1,11 @@
 """The gateway's state: config, keys, the producer to ``llm.requests``, the reply waiter.
 
+The routing config (routes, aliases, auto blocks, dynamic routes) is the latest policy
+version's on the policy topic (read at start and every ``POLICY_POLL_S``; the providers
+file's until the first version exists), so ``switchyard policy apply`` and a rollback
+reach SDK clients without a restart. The API keys are the gateway's own providers
+file's: they never travel in the policy log.
+
 :meth:`Gateway.prepare` turns an HTTP body into a checked ``llm.requests`` record with
 ingest's own checks (``app.ingest.accept``), so a request ingest would dead-letter is
 answered 400/404/413 at once instead of being published; :meth:`Gateway.submit`
@@ -11,7 +17,9 @@ deltas and answer as they come (app/gateway/relay.py turns them into chunks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -29,8 +37,13 @@ from app.gateway.translate import request_event
 from app.gateway.waiter import ReplyWaiter
 from app.ingest import accept
 from app.kafka import bootstrap_servers, client_security
+from app.policy_log import PolicyFollower
 from app.settings import Settings
 
+log = logging.getLogger(__name__)
+
+#: How often the gateway looks for a new policy version.
+POLICY_POLL_S = 1.0
 #: Beyond the request deadline, how long the router may take to answer a lost attempt.
 ANSWER_GRACE_S = 15.0
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")
@@ -79,17 +92,48 @@ class Gateway:
             **client_security(settings),
         )
         self._started = False
+        #: The policy versions on the policy topic; the latest is in force here.
+        self._policy = PolicyFollower(settings)
+        self._following: asyncio.Task[None] | None = None
+        #: The version in force (0: the providers file, no version read yet).
+        self.policy_version = 0
 
     async def start(self) -> Gateway:
         await self._producer.start()
         await self.waiter.start()
+        await self._adopt_new_versions()  # the version in force, if any yet
+        self._following = asyncio.create_task(self._follow_policy(), name="gateway-policy")
         self._started = True
         return self
 
     async def stop(self) -> None:
         self._started = False
+        if self._following is not None:
+            self._following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._following
         await self.waiter.stop()
         await self._producer.stop()
+
+    async def _follow_policy(self) -> None:
+        """Follow the policy topic: the routes, aliases and auto blocks of each new
+        version apply to the next request, as they do in ingest (no restart)."""
+        while True:
+            await asyncio.sleep(POLICY_POLL_S)
+            try:
+                await self._adopt_new_versions()
+            except Exception as exc:  # the broker's trouble: the version in force stays
+                log.warning("policy topic not read: %s", type(exc).__name__)
+
+    async def _adopt_new_versions(self) -> None:
+        if await self._policy.refresh():
+            latest = self._policy.book.latest()
+            assert latest is not None
+            # Keys stay the gateway's own (its providers file): they never travel in
+            # the policy log.
+            keys = self.config.gateway_keys
+            self.config = latest.config.model_copy(update={"gateway_keys": keys})
+            self.policy_version = self._policy.book.latest_version()
 
     @property
     def ready(self) -> bool:
