@@ -107,6 +107,8 @@ def split_allowed(
 ) -> tuple[list[Arm], list[Exclusion]]:
     """The arms the request's rules allow, and an exclusion with the rule for the others."""
     arms = list(arms)
+    if accepted.request.provider is None and not _configured(policy):
+        return arms, []  # the common case: nothing asks for anything
     rules = rules_of(accepted, policy)
     if not rules.any:
         return arms, []
@@ -119,6 +121,23 @@ def split_allowed(
         else:
             out.append(Exclusion(deployment=arm.deployment, reason=rule))
     return kept, out
+
+
+def _configured(policy: Policy) -> bool:
+    """Whether a route or a tenant of the policy has a data rule (computed once)."""
+    key = ("data_rules_configured",)
+    found = policy.memo.get(key)
+    if found is None:
+        config = policy.config
+        levels = [*config.routes.values(), *config.tenants.values()]
+        found = policy.memo[key] = any(
+            level.regions is not None
+            or level.zdr
+            or level.data_collection == "deny"
+            or level.certifications
+            for level in levels
+        )
+    return bool(found)
 
 
 def refusal(out: Iterable[Exclusion]) -> ErrorBody:
