@@ -10,6 +10,7 @@ from factories import T0, accepted, finished, fold, outcome, policy, provider
 
 from app.config import parse_config
 from app.events import ChatMessage, ChatRequest, RequestAccepted, StatusClass
+from app.routing.feedback import apply_outcome
 from app.routing.policy import Policy
 from app.settings import RoutingParams
 from app.understanding.features import extract_features
@@ -127,6 +128,8 @@ def test_a_context_length_refusal_teaches_the_deployment_its_window() -> None:
     ).model_copy(update={"error": "context_length_exceeded: HTTP 400 (context_length_exceeded)"})
     moved = fold([finished(refused, retry=big)], pol, first)
     assert moved.state.arm(one).refused_tokens == 10_000
+    answered = apply_outcome(moved.state.arm(one), outcome("w0", one, T0 + 2), T0 + 2, pol)
+    assert answered.refused_tokens == 10_000  # kept by every later outcome
     other = moved.decisions[0].deployment
     assert other != one
     again = fold([_request("w2", "y" * 40_000)], pol, moved)

@@ -50,9 +50,9 @@ def test_thompson_update_through_outcomes() -> None:
         a = apply_outcome(a, outcome("r", dep("a"), reward=reward), T0, pol)
     assert (a.alpha, a.beta) == (5.0, 3.0)  # 4 successes, 2 failures on top of Beta(1, 1)
     assert a.pulls == 6
-    # A rate-limited attempt (reward 0) counts as a Thompson failure.
+    # A rate-limited attempt says nothing of the deployment's worth: no Thompson failure.
     a = apply_outcome(a, outcome("r", dep("a"), status=StatusClass.RATE_LIMITED), T0, pol)
-    assert (a.alpha, a.beta) == (5.0, 4.0)
+    assert (a.alpha, a.beta, a.pulls, a.rate_limited) == (5.0, 3.0, 6, 1)
 
 
 def _thompson_state() -> RouteState:

@@ -55,6 +55,7 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         _recent(arm, outcome, availability, health.breaker, now, policy),  # recent
         # Issue 10: answers and their real cost, per context bucket (quality comes with grades).
         evidence.observe_outcome(arm.evidence, outcome, policy),
+        arm.refused_tokens,
     )
 
 
