@@ -88,13 +88,14 @@ async def _serve(
         text = given(simulated) if callable(given) else given or demo_providers_yaml(simulated)
         return with_key(text, key)
 
+    own = options.providers_text
     stack = EmbeddedStack(
         seed=options.seed,
         local_models=local_models,
-        providers_yaml=keyed,
+        providers_yaml=keyed if own is None else with_key(own, key),
         env={"SWITCHYARD_CONSOLE_URL": f"http://{host}:{console_port}"},
         settings=settings,
-        simulated=options.providers_text is None,
+        simulated=own is None,
     )
     async with stack:
         gateway = await start_gateway(stack.gateway_settings(options.gateway_port))
