@@ -198,6 +198,25 @@ def test_a_declared_zero_price_is_free_and_an_absent_one_unknown() -> None:
     assert bare.cost_per_mtok_input is None and bare.cost_per_mtok_output is None
 
 
+def test_free_and_unknown_survive_the_policy_document() -> None:
+    config = _config(
+        {
+            "free": {"cost_per_mtok_input": 0, "cost_per_mtok_output": 0},
+            "unknown": {"cost_per_mtok_input": None, "cost_per_mtok_output": None},
+            "old": {"model": {"status": "demoted"}},
+        },
+        preview=True,
+    )
+    again = parse_config(config.routing_view() | {"gateway_keys": []}, {})
+    assert [(p.cost_per_mtok_input, p.cost_per_mtok_output) for p in again.providers] == [
+        (0.0, 0.0),
+        (None, None),
+        (1.0, 2.0),
+    ]
+    assert again.providers[2].models[0].status == "demoted" and again.routes["chat"].preview
+    assert again.config_hash == config.config_hash
+
+
 def test_the_auto_router_ranks_a_free_model_and_leaves_an_unknown_price_out() -> None:
     pol = _policy(
         {
