@@ -76,6 +76,7 @@ def test_the_tail_tracker_follows_the_95th_percentile() -> None:
     steady = [tail.track_p95(200.0, 200.0, 5, 0.3)]
     assert steady == [200.0]  # a constant latency is its own tail
     assert tail.track_p95(0.0, 750.0, 0, 0.3) == 750.0  # the first sample as is
+    assert tail.track_p95(0.0, 750.0, 40, 0.3) == 750.0  # a row saved without a tail
 
 
 def test_the_fold_keeps_the_tail_and_the_row_round_trips_it() -> None:

@@ -7,7 +7,8 @@ tracker): a sample above the estimate pulls it up by ``alpha x 0.95`` of the gap
 sample below pulls it down by ``alpha x 0.05`` of the gap (``alpha``: EWMA_ALPHA,
 seed 003's 0.3). Its fixed point is the latency the samples exceed about as much,
 weighted, as they fall short 19 to 1: the 0.95-expectile, for latency distributions
-between the 90th and the 97th percentile. The first sample is taken as is. Plain
+between the 90th and the 97th percentile. The first sample is taken as is (also
+on a state saved before the tracker existed, whose estimate is 0). Plain
 float arithmetic on the outcome's ``latency_ms``: deterministic, no wall clock, and
 a replay of the same outcomes reproduces it bit for bit.
 
@@ -37,8 +38,9 @@ FIT_SLOPE = 2.0
 
 
 def track_p95(previous: float, latency_ms: float, observations: int, alpha: float) -> float:
-    """The tail estimate after one more latency sample (the first is taken as is)."""
-    if observations == 0:
+    """The tail estimate after one more latency sample. The first is taken as is, and so
+    is the first one after none was kept (a row written before the tracker existed)."""
+    if observations == 0 or previous == 0.0:
         return latency_ms
     gap = latency_ms - previous
     weight = TAIL_QUANTILE if gap > 0 else 1.0 - TAIL_QUANTILE
