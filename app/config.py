@@ -73,6 +73,10 @@ class ModelSpec(BaseModel):
     #: declared): a request that needs more is not sent to it.
     context_window: int | None = Field(default=None, ge=1)
     max_output_tokens: int | None = Field(default=None, ge=1)
+    #: Deployment status: ``demoted`` is used only when no active candidate can take the
+    #: attempt; ``preview`` only for a route (``preview: true``) or a request
+    #: (``routing.preview: true``) that opts in (app/routing/status.py).
+    status: Literal["active", "demoted", "preview"] = "active"
 
 
 class ProviderConfig(BaseModel):
@@ -81,8 +85,10 @@ class ProviderConfig(BaseModel):
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     base_url: str = Field(pattern=r"^https?://[^\s/?#]+[^\s]*$")
     api_key: SecretStr = SecretStr("")
-    cost_per_mtok_input: float = Field(default=0.0, ge=0.0)
-    cost_per_mtok_output: float = Field(default=0.0, ge=0.0)
+    #: Prices, USD per 1M tokens. ``0`` declares the deployment free; absent (None) is
+    #: unknown: billed as nothing, but the auto router leaves it out (``price_unknown``).
+    cost_per_mtok_input: float | None = Field(default=None, ge=0.0)
+    cost_per_mtok_output: float | None = Field(default=None, ge=0.0)
     cost_per_mtok_cached_input: float | None = Field(default=None, ge=0.0)
     #: The single $/1M figure of seed 000's cost bonus. Default: COST_PER_1M by id prefix.
     cost_per_mtok: float | None = Field(default=None, ge=0.0)
@@ -154,11 +160,33 @@ class ProviderConfig(BaseModel):
         return SEED_COST_PER_1M.get(self.id.split("-")[0], DEFAULT_COST_PER_1M)
 
     @property
+    def input_price(self) -> float:
+        """The input price to bill and estimate with (0.0 when unknown: nothing to bill)."""
+        price = self.cost_per_mtok_input
+        return 0.0 if price is None else price
+
+    @property
+    def output_price(self) -> float:
+        """The output price to bill and estimate with (0.0 when unknown)."""
+        price = self.cost_per_mtok_output
+        return 0.0 if price is None else price
+
+    @property
+    def price_known(self) -> bool:
+        """Whether both text prices are declared (a declared 0 is known: free)."""
+        return self.cost_per_mtok_input is not None and self.cost_per_mtok_output is not None
+
+    @property
+    def free(self) -> bool:
+        """Declared free: both prices given as 0 (not merely absent)."""
+        return self.cost_per_mtok_input == 0.0 and self.cost_per_mtok_output == 0.0
+
+    @property
     def cached_input_price(self) -> float:
         """Cached input is billed at its own price when configured, else as plain input."""
         if self.cost_per_mtok_cached_input is not None:
             return self.cost_per_mtok_cached_input
-        return self.cost_per_mtok_input
+        return self.input_price
 
 
 ModeName = Literal["balanced", "price", "latency", "quality", "throughput"]
@@ -221,6 +249,8 @@ class RouteConfig(DataRules):
     auto: AutoConfig | None = None
     #: Issue 14: cache/session affinity settings (absent: the defaults, affinity on).
     affinity: AffinityConfig | None = None
+    #: Opt the route's requests in to its ``status: preview`` deployments.
+    preview: bool = False
 
 
 class ProviderLists(DataRules):

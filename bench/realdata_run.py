@@ -113,8 +113,8 @@ def build_config(models: list[str], cost_target_usd: float | None = None) -> Rou
 def tokens_for(text: str, cost: float, provider: ProviderConfig) -> tuple[int, int]:
     """Tokens in (~4 characters each) and the tokens out the cost implies at list price."""
     tokens_in = max(1, len(text) // 4)
-    rest = cost - tokens_in * provider.cost_per_mtok_input / 1_000_000
-    per_token_out = provider.cost_per_mtok_output / 1_000_000
+    rest = cost - tokens_in * provider.input_price / 1_000_000
+    per_token_out = provider.output_price / 1_000_000
     tokens_out = max(1, round(rest / per_token_out)) if per_token_out > 0 and rest > 0 else 1
     return tokens_in, tokens_out
 

@@ -33,7 +33,13 @@ PROVIDERS: list[dict[str, Any]] = [
     {"id": "cheap", "in": 0.1, "out": 0.4, "models": [{"name": "small", "quality_prior": 0.72}]},
     {"id": "mid", "in": 1.0, "out": 4.0, "models": [{"name": "medium", "quality_prior": 0.86}]},
     {"id": "big", "in": 5.0, "out": 20.0, "models": [{"name": "large", "quality_prior": 0.95}]},
-    {"id": "free", "in": 0.0, "out": 0.0, "models": [{"name": "local", "quality_prior": 0.9}]},
+    # No price declared: unknown (a declared 0 would be free).
+    {
+        "id": "unpriced",
+        "in": None,
+        "out": None,
+        "models": [{"name": "local", "quality_prior": 0.9}],
+    },
     {
         "id": "pro",
         "in": 2.5,
@@ -54,7 +60,7 @@ def config(auto: dict[str, Any] | None = None, **route: Any) -> RoutingConfig:
             "api_key": "k",
             "cost_per_mtok_input": p["in"],
             "cost_per_mtok_output": p["out"],
-            "cost_per_mtok_cached_input": p["in"] / 10,
+            "cost_per_mtok_cached_input": None if p["in"] is None else p["in"] / 10,
             "models": p["models"],
         }
         for p in PROVIDERS

@@ -27,7 +27,12 @@ from app.routing.answers import at
 from app.routing.auto_classify import WORKLOADS, classify
 from app.routing.policy import Policy
 
-PRICES = {f"{p['id']}:{m['name']}": (p["in"], p["out"]) for p in PROVIDERS for m in p["models"]}
+PRICES = {
+    f"{p['id']}:{m['name']}": (p["in"], p["out"])
+    for p in PROVIDERS
+    for m in p["models"]
+    if p["in"] is not None
+}
 PRIORS = {f"{p['id']}:{m['name']}": m["quality_prior"] for p in PROVIDERS for m in p["models"]}
 
 CODE = (
@@ -78,7 +83,7 @@ def test_each_workload_class_picks_within_its_caps(workload: str, profile: str) 
         price_in, price_out = PRICES[deployment]
         assert 0 < price_in <= cap_in and price_out <= cap_out
     reasons = {e.deployment: e.reason for e in decision.excluded}
-    assert reasons["free:local"] == "price_unknown"
+    assert reasons["unpriced:local"] == "price_unknown"
     over = [d for d, (i, o) in PRICES.items() if i > cap_in or o > cap_out]
     assert all(reasons[d].startswith("over_") for d in over)
     if not trace.floor_relaxed:
@@ -181,11 +186,12 @@ def test_the_trace_is_complete_and_content_free() -> None:
             "reliability",
             "latency_s",
             "cost_usd",
+            "free",
         }
     scores = [c.score or 0.0 for c in decision.candidates]
     assert scores == sorted(scores, reverse=True)
     excluded = {e.deployment: e.reason for e in decision.excluded}
-    assert excluded == {"big:large": "over_input_price_cap", "free:local": "price_unknown"}
+    assert excluded == {"big:large": "over_input_price_cap", "unpriced:local": "price_unknown"}
     text = decision.model_dump_json()
     for word in ("Zanzibar", "confidentiel", "dossier", "support assistant"):
         assert word not in text

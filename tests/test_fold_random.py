@@ -137,7 +137,7 @@ def _check_invariants(state: RouteState) -> None:
     assert set(open_per_deployment) <= set(state.arms)
 
 
-@pytest.mark.parametrize("strategy", ["ucb1", "thompson"])
+@pytest.mark.parametrize("strategy", ["ucb1", "thompson", "composite"])
 def test_random_fold_state_round_trips_through_json(strategy: str) -> None:
     pol = random_policy(strategy=strategy)
     events, states = simulate(pol, 400, seed=20240601)
@@ -152,7 +152,7 @@ def test_random_fold_state_round_trips_through_json(strategy: str) -> None:
         _check_invariants(state)
 
 
-@pytest.mark.parametrize("strategy", ["ucb1", "thompson"])
+@pytest.mark.parametrize("strategy", ["ucb1", "thompson", "composite"])
 def test_fold_is_deterministic(strategy: str) -> None:
     pol = random_policy(strategy=strategy)
     events, states = simulate(pol, 300, seed=7)

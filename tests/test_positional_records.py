@@ -9,8 +9,8 @@ from app.routing.state import ArmState, Evidence, OpenAttempt, Recent, Sums
 
 ORDER = {
     ArmState: "pulls total_reward alpha beta avg_latency_s latency_samples in_flight "
-    "rate_limited retry_after_until breaker ewma_failure ewma_latency_ms observations "
-    "tokens_per_s throughput_samples recent evidence refused_tokens",
+    "rate_limited retry_after_until breaker ewma_failure ewma_latency_ms ewma_p95_ms "
+    "observations tokens_per_s throughput_samples recent evidence refused_tokens",
     Evidence: "answers graded weight score square wins costed cost_usd tokens_in tokens_out",
     Sums: "calls failures answers reward latency_s",
     Recent: "at slow fast",

@@ -26,6 +26,8 @@ class RoutingOptions(BaseModel):
     affinity: bool | None = None
     #: Issue 14: ``false`` keeps context (prompt prefix) affinity but ignores ``session_id``.
     session_affinity: bool | None = None
+    #: ``true`` opts this request in to the route's ``status: preview`` deployments.
+    preview: bool | None = None
 
 
 class MaxPrice(BaseModel):

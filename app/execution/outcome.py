@@ -103,9 +103,9 @@ def cost_usd(
     """Dollars for one call: uncached input, cached input and output, priced per 1M tokens."""
     billable_in = max(0, tokens_in - tokens_cached)
     return (
-        billable_in * provider.cost_per_mtok_input
+        billable_in * provider.input_price
         + tokens_cached * provider.cached_input_price
-        + tokens_out * provider.cost_per_mtok_output
+        + tokens_out * provider.output_price
     ) / 1_000_000
 
 

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
-from app.routing import affinity, auto, parking
+from app.routing import affinity, auto, parking, status
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.budget_route import ask_first
 from app.routing.candidates import CandidatePlan, local_arm, plan_candidates, tenant_policy
@@ -298,12 +298,16 @@ def _narrowed(
         return plan
     kept, unable = split_capable(plan.arms, accepted, policy, state)
     kept, barred = split_allowed(kept, accepted, policy)
-    if not unable and not barred:
+    kept, preview = status.split_preview(kept, accepted, policy)
+    if not unable and not barred and not preview:
         return plan
-    excluded = [*plan.excluded, *unable, *barred]
+    excluded = [*plan.excluded, *unable, *barred, *preview]
     if kept:
         return replace(plan, arms=kept, excluded=excluded)
-    error = data_refusal(barred) if barred else refusal(unable, accepted)
+    if preview:
+        error = status.preview_refusal(preview)
+    else:
+        error = data_refusal(barred) if barred else refusal(unable, accepted)
     return replace(plan, arms=[], excluded=excluded, refusal=error)
 
 

@@ -6,7 +6,9 @@ traced with its reason:
 
 1. the provider lists (tenant preset, request): ``provider_not_in_only``,
    ``provider_ignored`` — they can only narrow;
-2. a known price: ``price_unknown`` when neither input nor output price is set;
+2. a known price: ``price_unknown`` when the input or the output price is not declared
+   (seed 004: a model whose text price is unknown is not a managed candidate); a
+   price declared ``0`` is known, and free (traced as the input ``free``);
 3. the model patterns: ``denied_by_pattern``, ``not_in_allowed_patterns``;
 4. the spend profile's hard caps: ``over_input_price_cap``, ``over_output_price_cap``;
 5. on a retry with fallbacks off, the model first tried only: ``fallbacks_disabled``;
@@ -207,9 +209,9 @@ def _static_reason(
         return "provider_not_in_only"
     if provider.id in ignore:
         return "provider_ignored"
-    price_in, price_out = provider.cost_per_mtok_input, provider.cost_per_mtok_output
-    if price_in == 0.0 and price_out == 0.0:
+    if not provider.price_known:
         return "price_unknown"
+    price_in, price_out = provider.input_price, provider.output_price
     names = (f"{provider.id}:{model}", f"{provider.id}/{model}", model)
     if any(fnmatchcase(name, pattern) for pattern in config.deny for name in names):
         return "denied_by_pattern"
@@ -273,6 +275,8 @@ def _rank(
             "reliability": 1.0 - arm_state.ewma_failure,
             "latency_s": latency_s,
             "cost_usd": estimates.priced(arm, (float(tokens_in), float(tokens_out))),
+            # Declared free (price 0), as against a price merely absent (never ranked).
+            "free": 1.0 if arm.provider.free else 0.0,
         }
     fastest = min(i["latency_s"] for i in inputs.values())
     cheapest = min(i["cost_usd"] for i in inputs.values())

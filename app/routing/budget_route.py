@@ -53,8 +53,8 @@ def worst_case_usd(accepted: RequestAccepted, policy: Policy, scopes: tuple[str,
     arms = policy.arms(accepted.route)
     if not arms:
         return 0.0
-    input_price = max(arm.provider.cost_per_mtok_input for arm in arms)
-    output_price = max(arm.provider.cost_per_mtok_output for arm in arms)
+    input_price = max(arm.provider.input_price for arm in arms)
+    output_price = max(arm.provider.output_price for arm in arms)
     budgets = policy.config.budget_by_key
     output_tokens = accepted.request.max_tokens or max(
         budgets[scope].default_max_tokens for scope in scopes

@@ -311,7 +311,7 @@ def _sort_key(sort: str, arm: Arm, state: RouteState) -> float:
     """Cheapest (configured input + output price), fastest (latency EMA; untried last)
     or highest observed output tokens/s first; ties keep the config order."""
     if sort == "price":
-        return arm.provider.cost_per_mtok_input + arm.provider.cost_per_mtok_output
+        return arm.provider.input_price + arm.provider.output_price
     arm_state = state.arm(arm.deployment)
     if sort == "latency":
         return arm_state.avg_latency_s if arm_state.latency_samples else float("inf")

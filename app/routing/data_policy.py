@@ -92,12 +92,9 @@ def breaks(provider: ProviderConfig, rules: Rules) -> str | None:
         return "may_train_on_data"
     if not rules.certifications <= set(provider.certifications):
         return "lacks_certification"
-    if rules.max_prompt_usd is not None and provider.cost_per_mtok_input > rules.max_prompt_usd:
+    if rules.max_prompt_usd is not None and provider.input_price > rules.max_prompt_usd:
         return "over_max_prompt_price"
-    if (
-        rules.max_completion_usd is not None
-        and provider.cost_per_mtok_output > rules.max_completion_usd
-    ):
+    if rules.max_completion_usd is not None and provider.output_price > rules.max_completion_usd:
         return "over_max_completion_price"
     return None
 

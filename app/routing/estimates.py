@@ -115,9 +115,7 @@ def token_means(states: Iterable[ArmState]) -> tuple[float, float]:
 
 def priced(arm: Arm, tokens: tuple[float, float]) -> float:
     provider = arm.provider
-    return (
-        tokens[0] * provider.cost_per_mtok_input + tokens[1] * provider.cost_per_mtok_output
-    ) / 1_000_000
+    return (tokens[0] * provider.input_price + tokens[1] * provider.output_price) / 1_000_000
 
 
 def cost(arm: Arm, state: ArmState, chain: Sequence[str], tokens: tuple[float, float]) -> float:

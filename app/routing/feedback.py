@@ -9,7 +9,7 @@ nor the breaker.
 from __future__ import annotations
 
 from app.events import Outcome, StatusClass
-from app.routing import adaptive, bandit, breaker, evidence
+from app.routing import adaptive, bandit, breaker, evidence, tail
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
 from app.routing.state import ArmState, Breaker, Recent, evolve_arm
@@ -49,6 +49,7 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         health.breaker,
         health.ewma_failure,
         health.ewma_latency_ms,
+        health.ewma_p95_ms,
         health.observations,
         tokens_per_s,
         throughput_samples,
@@ -113,6 +114,7 @@ def _health(
         ewma_latency = outcome.latency_ms
     else:
         ewma_latency = alpha * outcome.latency_ms + (1 - alpha) * arm.ewma_latency_ms
+    ewma_p95 = tail.track_p95(arm.ewma_p95_ms, outcome.latency_ms, arm.observations, alpha)
     observations = arm.observations + 1
     params = policy.breaker
     if not failed:
@@ -131,6 +133,7 @@ def _health(
         latency_samples=arm.latency_samples + 1,
         ewma_failure=ewma_failure,
         ewma_latency_ms=ewma_latency,
+        ewma_p95_ms=ewma_p95,
         observations=observations,
         breaker=moved,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from app.events import RequestAccepted
 from app.routing import context, pacer
+from app.routing.capabilities import Needs, needs_of
 from app.routing.policy import Policy
 from app.routing.records import record
 from app.routing.state import Pacer, RouteState
@@ -23,6 +24,8 @@ class Learning:
     target: pacer.Target | None = None
     #: The pacer after this decision's update (None: no cost target applies).
     pacer: Pacer | None = None
+    #: The request's size (balanced mode's token fit; None: not known).
+    needs: Needs | None = None
 
     @property
     def multiplier(self) -> float | None:
@@ -40,8 +43,9 @@ def prepare(state: RouteState, accepted: RequestAccepted, attempt: int, policy: 
     key = context.context_key(accepted)
     chain = context.levels(key) if policy.params.context_learning else (context.EVERYTHING,)
     target = pacer.target_of(accepted, policy)
+    needs = needs_of(accepted)
     if target is None:
-        return Learning(key, chain)
+        return Learning(key, chain, needs=needs)
     moved = pacer.advance(
         state.pacers.get(target.scope),
         pacer.spent(state, target.scope),
@@ -49,7 +53,7 @@ def prepare(state: RouteState, accepted: RequestAccepted, attempt: int, policy: 
         attempt == 1,
         policy,
     )
-    return Learning(key, chain, target, moved)
+    return Learning(key, chain, target, moved, needs)
 
 
 def pacers(state: RouteState, learning: Learning) -> dict[str, Pacer]:

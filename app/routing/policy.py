@@ -30,8 +30,8 @@ class Arm:
     def workload_cost_usd(self) -> float:
         """Seed 003's workload priced at the provider's rates."""
         return (
-            WORKLOAD_INPUT_TOKENS * self.provider.cost_per_mtok_input
-            + WORKLOAD_OUTPUT_TOKENS * self.provider.cost_per_mtok_output
+            WORKLOAD_INPUT_TOKENS * self.provider.input_price
+            + WORKLOAD_OUTPUT_TOKENS * self.provider.output_price
         ) / 1_000_000
 
 

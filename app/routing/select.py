@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from app.events import Candidate, Exclusion
-from app.routing import breaker, strategies
+from app.routing import breaker, status, strategies
 from app.routing.affinity import Stick
 from app.routing.candidates import CandidatePlan
 from app.routing.context import EVERYTHING
@@ -116,6 +116,10 @@ def select(
             excluded.append(_exclusion(policy, arm.deployment, reason))
     if not eligible:
         return Selection(None, [], excluded, 0.0, updated)
+    eligible, demoted = status.split_demoted(eligible, policy)
+    if demoted:  # used only when no active deployment can take the attempt now
+        excluded.extend(demoted)
+        half_open = any(s.breaker.state is BreakerPhase.HALF_OPEN for _, s in eligible)
     if plan is not None and plan.ordered:  # the auto router's ranking (issue 14)
         scores = plan.scores or []
         stuck = _stuck(eligible, sticks)

@@ -122,6 +122,9 @@ class ArmState:
     #: Seed 003 §4: EWMA of failures (0/1) and latency over availability-relevant outcomes.
     ewma_failure: float = 0.0
     ewma_latency_ms: float = 0.0
+    #: Tail latency (balanced mode's composite score): an exceedance-weighted EWMA
+    #: tracking the 95th percentile of the same outcomes' latency (app/routing/tail.py).
+    ewma_p95_ms: float = 0.0
     observations: int = 0
     #: Seed 004 ``throughput`` mode: EMA of output tokens per second on successes.
     tokens_per_s: float = INITIAL_TOKENS_PER_S

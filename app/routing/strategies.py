@@ -13,7 +13,8 @@ import math
 from collections.abc import Sequence
 
 from app.events import Candidate
-from app.routing import adaptive, bandit, context, estimates
+from app.routing import adaptive, bandit, context, estimates, tail
+from app.routing.capabilities import Needs, model_spec
 from app.routing.learning import NO_LEARNING, Learning
 from app.routing.policy import WORKLOAD_INPUT_TOKENS, WORKLOAD_OUTPUT_TOKENS, Arm, Policy
 from app.routing.propensity import thompson_propensity
@@ -31,7 +32,7 @@ from app.understanding.modes import (
 ALGORITHM_VERSION = {
     Strategy.UCB1: "seed000-ucb1/2",
     Strategy.THOMPSON: "seed000-thompson/3",
-    Strategy.COMPOSITE: "seed003-composite/2",
+    Strategy.COMPOSITE: "seed003-composite/3",
     Strategy.ADAPTIVE: "switchyard-adaptive/2",
 }
 #: Thompson with the fractional Beta update from grades (THOMPSON_FRACTIONAL).
@@ -150,7 +151,9 @@ def rank(
     if strategy is Strategy.THOMPSON:
         ranking = thompson(eligible, request_id, attempt, qualities, policy)
     elif strategy is Strategy.COMPOSITE:
-        ranking = composite(eligible, qualities, _costs(eligible, learning, policy))
+        ranking = composite(
+            eligible, qualities, _costs(eligible, learning, policy), mode, learning.needs
+        )
     elif strategy is Strategy.ADAPTIVE:
         ranking = adaptive_ranking(eligible, now, policy, mode, learning, qualities)
     else:
@@ -307,9 +310,16 @@ def composite(
     eligible: Eligible,
     qualities: Sequence[estimates.Quality] = (),
     costs: Sequence[float] = (),
+    mode: RoutingMode = DEFAULT_MODE,
+    needs: Needs | None = None,
 ) -> Ranking:
     """Seed 003 §4: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure)``,
     times ``(1 + 10 x (1 - quality))`` once the route has grades (issue 10).
+
+    In ``balanced`` mode (seed 004: reliability, latency, tail latency, price, token
+    fit), times ``tail_latency_penalty`` and ``token_fit_penalty``
+    (:mod:`app.routing.tail`), each traced as a factor: its multiplier is its
+    contribution to the product.
 
     Lowest wins; ties go to config order. An arm with no latency sample yet
     scores 0, so each arm is tried before the EWMAs steer. Cost is the real mean
@@ -317,6 +327,7 @@ def composite(
     """
     candidates: list[Candidate] = []
     negated: list[float] = []
+    balanced = mode is RoutingMode.BALANCED
     for index, (arm, state) in enumerate(eligible):
         factors = {
             "cost_usd": costs[index] if costs else arm.workload_cost_usd,
@@ -325,6 +336,11 @@ def composite(
         }
         if qualities:
             factors["quality_penalty"] = 1.0 + 10.0 * (1.0 - qualities[index].mean)
+        if balanced:
+            factors["tail_latency_penalty"] = tail.tail_penalty(
+                state.ewma_p95_ms, arm.provider.p95_latency_baseline_ms
+            )
+            factors["token_fit_penalty"] = tail.fit_penalty(tail.fill(model_spec(arm), needs))
         score = math.prod(factors.values())
         candidates.append(_float_candidate(arm.deployment, score, factors))
         negated.append(-score)
