@@ -145,7 +145,9 @@ def _response(content: str, attempts: int = 1, status: str = "ok") -> Response:
 def _events(frames: list[bytes]) -> list[Any]:
     out = []
     for frame in frames:
-        text = frame.decode().removeprefix("data: ").strip()
+        head, _, data = frame.decode().rpartition("data: ")
+        assert head.startswith("id: ")  # every event names where a resume goes on from
+        text = data.strip()
         out.append(text if text == "[DONE]" else json.loads(text))
     return out
 

@@ -19,6 +19,15 @@ status, and a call that failed before its first delta is invisible. After it com
 
 An answer that arrives with no delta at all (a call that did not stream) is sent as
 chunks built from the whole answer.
+
+Every event carries an ``id:``: the number of characters (code points) of the answer's
+text the client has once it got the event (0 for the role chunk; the finish, usage and
+``[DONE]`` events repeat the last). A resumed stream (``resume_after``: the client's
+``Last-Event-ID``) is the same relay fed from the log: it sends no role chunk, holds back
+the first ``resume_after`` characters of the text and sends what follows, so what the
+client reads after the cut continues what it had, byte for byte, across a failover too.
+A resumed stream that carries a tool call or a refusal ends with an error event (its
+answer is fetched whole, ``GET /v1/chat/completions/{id}``).
 """
 
 from __future__ import annotations
@@ -28,10 +37,12 @@ from typing import Any
 
 from app.events import Response, StreamDelta
 from app.gateway import shape
-from app.gateway.errors import GatewayError, from_error_body, no_answer_in_time
+from app.gateway.errors import GatewayError, from_error_body, invalid, no_answer_in_time
 
 #: The error event's ``code`` when the stream the client saw cannot end as an answer.
 STREAM_INTERRUPTED = "stream_interrupted"
+#: Why a resumed stream cannot go on.
+NOT_RESUMABLE = "a stream with a tool call or a refusal cannot be resumed"
 
 
 @dataclass
@@ -45,8 +56,19 @@ class Step:
 
 
 class Relay:
-    def __init__(self, request_id: str, include_usage: bool, created: int) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        include_usage: bool,
+        created: int,
+        resume_after: int | None = None,
+    ) -> None:
         self.request_id = request_id
+        #: A resumed stream: the characters of text the client already has.
+        self.resume_after = resume_after
+        #: Characters of the answer's text relayed so far (held back ones included): the
+        #: ``id:`` of the events.
+        self._pos = 0
         self.include_usage = include_usage
         self.created = created
         #: (attempt, call id) of the call the client sees, once committed.
@@ -98,6 +120,8 @@ class Relay:
             "x-switchyard-deployment": delta.deployment,
             "x-switchyard-attempts": str(delta.attempt),
         }
+        if self.resume_after is not None:  # the client has the role chunk already
+            return Step(headers=headers, frames=self._frames(delta))
         role = self._chunk({"role": "assistant", "content": ""})
         return Step(headers=headers, frames=[role, *self._frames(delta)])
 
@@ -106,7 +130,9 @@ class Relay:
         frames = []
         if delta.content:
             self._sent.append(delta.content)
-            frames.append(self._chunk({"content": delta.content}))
+            frames += self._content(delta.content)
+        if self.resume_after is not None and (delta.tool_calls or delta.refusal):
+            return [*frames, self._error_frame(NOT_RESUMABLE)]
         if delta.tool_calls:
             frames.append(self._chunk({"tool_calls": delta.tool_calls}))
         if delta.refusal:
@@ -129,9 +155,7 @@ class Relay:
     def _answer(self, response: Response) -> Step:
         self.done = True
         if self.call is None and response.status == "ok":
-            chunks = shape.stream_chunks(response, self.include_usage)
-            frames = [shape.sse(chunk) for chunk in chunks] + [shape.sse("[DONE]")]
-            return Step(headers=shape.headers_of(response), frames=frames)
+            return self._whole(response)
         if self.call is None:
             error = from_error_body(response.error)
             error.extra_headers.update(shape.headers_of(response))
@@ -152,7 +176,9 @@ class Relay:
         completion = shape.completion_of(response)
         first = (completion.get("choices") or [{}])[0]
         message = first.get("message") or {}
-        frames = [self._chunk({"content": rest})] if rest else []
+        frames = self._content(rest) if rest else []
+        if self.resume_after is not None and (message.get("tool_calls") or message.get("refusal")):
+            return Step(frames=[*frames, self._error_frame(NOT_RESUMABLE)])
         for index, call in enumerate(message.get("tool_calls") or []):
             frames.append(self._chunk({"tool_calls": [{"index": index, **call}]}))
         return Step(
@@ -171,12 +197,54 @@ class Relay:
         sent = "".join(self._sent)
         return content[len(sent) :] if content.startswith(sent) else None
 
+    def _whole(self, response: Response) -> Step:
+        """A whole answer with no delta before it: chunks built from it (a resumed stream:
+        its text after what the client has, then the end)."""
+        headers = shape.headers_of(response)
+        if self.resume_after is None:
+            frames = []
+            for chunk in shape.stream_chunks(response, self.include_usage):
+                for choice in chunk.get("choices") or []:
+                    self._pos += len(shape.text_of((choice.get("delta") or {}).get("content")))
+                frames.append(shape.sse(chunk, self._pos))
+            return Step(headers=headers, frames=[*frames, shape.sse("[DONE]", self._pos)])
+        completion = shape.completion_of(response)
+        self._base = {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion.get("created", self.created),
+            "model": completion["model"],
+        }
+        first = (completion.get("choices") or [{}])[0]
+        message = first.get("message") or {}
+        text = shape.text_of(message.get("content"))
+        if message.get("tool_calls") or message.get("refusal"):
+            why = f"{NOT_RESUMABLE}; its answer at GET /v1/chat/completions/{self.request_id}"
+            return Step(error=GatewayError(409, why, "stream_not_resumable"))
+        if len(text) < self.resume_after:
+            return Step(error=beyond_the_answer(self.resume_after, len(text)))
+        frames = self._content(text) if text else []
+        frames += self._finish(first.get("finish_reason"), completion.get("usage"))
+        return Step(headers=headers, frames=frames)
+
+    def _content(self, text: str) -> list[bytes]:
+        """The chunk of ``text`` (the next of the answer's text), but for what a resumed
+        stream's client already has."""
+        start, self._pos = self._pos, self._pos + len(text)
+        held = self.resume_after or 0
+        if self._pos <= held:
+            return []
+        return [self._chunk({"content": text[max(0, held - start) :]})]
+
     def _finish(self, finish_reason: str | None, usage: Any) -> list[bytes]:
         self.done = True
+        if self.resume_after is not None and self._pos < self.resume_after:
+            why = beyond_the_answer(self.resume_after, self._pos).message
+            return [self._error_frame(why)]
         frames = [self._chunk({}, finish_reason or "stop")]
         if self.include_usage:
-            frames.append(shape.sse({**self._base, "choices": [], "usage": usage}))
-        return [*frames, shape.sse("[DONE]")]
+            frames.append(shape.sse({**self._base, "choices": [], "usage": usage}, self._pos))
+        return [*frames, shape.sse("[DONE]", self._pos)]
 
     def _error_frame(self, why: str) -> bytes:
         self.done = True
@@ -185,8 +253,14 @@ class Relay:
             f"at GET /v1/switchyard/requests/{self.request_id}"
         )
         error = {"message": message, "type": "server_error", "param": None}
-        return shape.sse({"error": {**error, "code": STREAM_INTERRUPTED}})
+        return shape.sse({"error": {**error, "code": STREAM_INTERRUPTED}}, self._pos)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return shape.sse({**self._base, "choices": [choice]})
+        return shape.sse({**self._base, "choices": [choice]}, self._pos)
+
+
+def beyond_the_answer(resume_after: int, length: int) -> GatewayError:
+    """A ``Last-Event-ID`` past the end of the answer's text."""
+    message = f"Last-Event-ID: {resume_after} is beyond the answer's {length} characters"
+    return invalid(message, "invalid_last_event_id")

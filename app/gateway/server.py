@@ -7,13 +7,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from aiohttp import web
 
+from app.config import GatewayKey
+from app.events import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_error_body, invalid
 from app.gateway.relay import Relay
+from app.gateway.resume import asked_id, last_event_id
 from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import wants_stream
 from app.ingest import read_json
@@ -21,12 +25,15 @@ from app.ingest import read_json
 log = logging.getLogger(__name__)
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 REQUEST_ID_HEADER = "x-switchyard-request-id"
+LAST_EVENT_ID = "Last-Event-ID"
 
 
 def build_app(gateway: Gateway) -> web.Application:
     app = web.Application(client_max_size=gateway.settings.max_request_bytes, middlewares=[_errors])
     app[GATEWAY] = gateway
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/chat/completions/{request_id}", completion_by_id)
+    app.router.add_get("/v1/chat/completions/{request_id}/stream", resume_by_path)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/switchyard/requests/{request_id}", request_by_id)
     app.router.add_get("/healthz", healthz)
@@ -59,6 +66,14 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     key = gateway.keys.authenticate(request.headers.get("Authorization"))
+    last = request.headers.get(LAST_EVENT_ID)
+    if last is not None:  # a stream resumed: nothing is published
+        asked = request.headers.get(REQUEST_ID_HEADER)
+        if asked is None:
+            message = f"{LAST_EVENT_ID} resumes a stream: name it by its {REQUEST_ID_HEADER}"
+            raise invalid(message, "missing_request_id")
+        body = await _read_body(request, gateway) if request.can_read_body else {}
+        return await _resume(request, gateway, key, asked, last, _include_usage(body))
     gateway.check_room()
     body = await _read_body(request, gateway)
     prepared = gateway.prepare(body, key, request.headers.get(REQUEST_ID_HEADER))
@@ -98,8 +113,56 @@ async def _stream_live(
     complete in the log.
     """
     relay = Relay(prepared.request_id, include_usage, int(time.time()))
+    return await _relay(request, gateway, relay, gateway.stream_items(prepared))
+
+
+def _include_usage(body: Any) -> bool:
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+async def resume_by_path(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/chat/completions/{id}/stream``: the stream again, after ``Last-Event-ID``
+    (none: from its start), the usage chunk with ``?include_usage=true``."""
+    gateway = request.app[GATEWAY]
+    key = gateway.keys.authenticate(request.headers.get("Authorization"))
+    last = request.headers.get(LAST_EVENT_ID, "0")
+    usage = request.query.get("include_usage", "").lower() == "true"
+    return await _resume(request, gateway, key, request.match_info["request_id"], last, usage)
+
+
+async def _resume(
+    request: web.Request,
+    gateway: Gateway,
+    key: GatewayKey,
+    asked: str,
+    last: str,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """The rest of a request's stream after ``last`` (its ``Last-Event-ID``), from the log:
+    the whole answer's when it is complete, else its deltas as they come (any gateway)."""
+    resume_after = last_event_id(last)
+    request_id = event_request_id(key, asked_id(asked))
+    record = await gateway.owned_request(key, request_id)
+    relay = Relay(request_id, include_usage, int(time.time()), resume_after=resume_after)
+    found = await gateway.find(request_id)
+    if found is not None:
+        return await _relay(request, gateway, relay, _one(found))
+    return await _relay(request, gateway, relay, gateway.resume_items(record))
+
+
+async def _one(response: Response) -> AsyncGenerator[StreamDelta | Response | None, None]:
+    yield response
+
+
+async def _relay(
+    request: web.Request,
+    gateway: Gateway,
+    relay: Relay,
+    stream: AsyncGenerator[StreamDelta | Response | None, None],
+) -> web.StreamResponse:
     reply: web.StreamResponse | None = None
-    async with contextlib.aclosing(gateway.stream_items(prepared)) as items:
+    async with contextlib.aclosing(stream) as items:
         async for item in items:
             step = relay.take(item) if item is not None else relay.timed_out(gateway.wait_s)
             if step.error is not None:
@@ -144,6 +207,24 @@ async def models(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     gateway.keys.authenticate(request.headers.get("Authorization"))
     return web.json_response({"object": "list", "data": gateway.models()})
+
+
+async def completion_by_id(request: web.Request) -> web.Response:
+    """``GET /v1/chat/completions/{id}``: the request's whole answer once it is complete (a
+    failed request: its error, with its status); 409 ``request_in_progress`` before."""
+    gateway = request.app[GATEWAY]
+    key = gateway.keys.authenticate(request.headers.get("Authorization"))
+    request_id = event_request_id(key, asked_id(request.match_info["request_id"]))
+    await gateway.owned_request(key, request_id)
+    found = await gateway.find(request_id)
+    if found is None:
+        message = f"request {request_id!r} is still in progress: its answer is not complete yet"
+        raise GatewayError(409, message, "request_in_progress", retry_after_s=1.0)
+    if found.status != "ok":
+        error = from_error_body(found.error)
+        error.extra_headers.update(shape.headers_of(found))
+        raise error
+    return web.json_response(shape.completion_of(found), headers=shape.headers_of(found))
 
 
 async def request_by_id(request: web.Request) -> web.Response:

@@ -33,6 +33,7 @@ from app.events import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
 from app.gateway.errors import GatewayError, from_dead_letter, invalid, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route
 from app.gateway.lookup import ResponseLookup
+from app.gateway.resume import follow, not_found, owns
 from app.gateway.translate import request_event
 from app.gateway.waiter import ReplyWaiter
 from app.ingest import accept
@@ -82,8 +83,12 @@ class Gateway:
             settings.gateway_reply_partitions,
             settings.topics.deltas,
         )
+        self.bootstrap = bootstrap
         self.lookup = ResponseLookup(
-            bootstrap, settings.topics.responses, settings.gateway_lookup_window
+            bootstrap,
+            settings.topics.responses,
+            settings.gateway_lookup_window,
+            requests_topic=settings.topics.requests,
         )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
@@ -224,6 +229,31 @@ class Gateway:
         except Exception as exc:
             message = f"could not publish the request ({type(exc).__name__})"
             raise GatewayError(503, message, "broker_unavailable", retry_after_s=1.0) from None
+
+    async def owned_request(self, key: GatewayKey, request_id: str) -> dict[str, Any]:
+        """The ``llm.requests`` record of a request ``key`` may read (404 otherwise: unknown,
+        older than the window, or another tenant's)."""
+        record = await self.lookup.find_request(request_id)
+        if record is None or not owns(key, record):
+            raise not_found(request_id)
+        return record
+
+    async def resume_items(
+        self, record: dict[str, Any]
+    ) -> AsyncGenerator[StreamDelta | Response | None, None]:
+        """A request's deltas and answer read back from the log (app/gateway/resume.py),
+        as :meth:`stream_items` yields them: None, then the end of the wait."""
+        topics = (self.settings.topics.deltas, self.settings.topics.replies)
+        window = self.settings.gateway_lookup_window
+        async with contextlib.aclosing(
+            follow(self.bootstrap, topics, record, window, self.wait_s)
+        ) as items:
+            async for item in items:
+                if item is None:
+                    item = await self.lookup.find(str(record["request_id"]))
+                    yield item
+                    return
+                yield item
 
     async def find(self, request_id: str) -> Response | None:
         """An answer by request id: one this gateway saw, else from ``llm.responses``."""

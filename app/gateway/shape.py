@@ -43,9 +43,19 @@ def completion_of(response: Response) -> dict[str, Any]:
     return completion
 
 
-def sse(data: dict[str, Any] | str) -> bytes:
+def sse(data: dict[str, Any] | str, event_id: int | None = None) -> bytes:
+    """One server-sent event; ``event_id``: its ``id:`` line (what ``Last-Event-ID`` resumes
+    from: the characters of the answer's text up to and with this event)."""
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
+    head = "" if event_id is None else f"id: {event_id}\n"
+    return f"{head}data: {text}\n\n".encode()
+
+
+def text_of(content: Any) -> str:
+    """A message's text: its ``content`` string, or its content parts' text joined."""
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
 
 
 def stream_chunks(response: Response, include_usage: bool) -> Iterator[dict[str, Any]]:
