@@ -101,6 +101,8 @@ _JVM_OPTS = [
 class KafkaBroker:
     """Apache Kafka in KRaft mode (controller+broker) on loopback; the EmbeddedBroker interface."""
 
+    is_tansu = False
+
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
         self.port = port or free_port(host)
