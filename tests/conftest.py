@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from app.embedded.broker import EmbeddedBroker
+from app.embedded.kafka import KafkaBroker
 from app.embedded.stack import EmbeddedStack
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as running:
+def broker() -> Iterator[EmbeddedBroker | KafkaBroker]:
+    """Tansu, or Apache Kafka (app/embedded/kafka.py) when ``SWITCHYARD_TEST_BROKER=kafka``."""
+    chosen = os.environ.get("SWITCHYARD_TEST_BROKER", "tansu")
+    if chosen not in ("tansu", "kafka"):
+        raise pytest.UsageError(f"SWITCHYARD_TEST_BROKER={chosen!r}: tansu or kafka")
+    with KafkaBroker() if chosen == "kafka" else EmbeddedBroker() as running:
         yield running
 
 

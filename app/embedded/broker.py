@@ -23,6 +23,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedBroker:
     """A Tansu process on ``host`` (loopback by default) and a free port, memory storage only."""
 
+    #: Workers on it are told so (``SWITCHYARD_TANSU_COMPAT``); app/embedded/kafka.py says False.
+    is_tansu = True
+
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
         self.port = port or free_port(host)

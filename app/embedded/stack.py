@@ -24,6 +24,7 @@ import httpx
 from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.child_env import TRANSPORT_TUNING_ENV as TRANSPORT_TUNING_ENV
 from app.embedded.child_env import child_env
+from app.embedded.kafka import KafkaBroker
 from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
@@ -195,7 +196,7 @@ class EmbeddedStack:
         partitions: int = 4,
         env: dict[str, str] | None = None,
         workdir: Path | None = None,
-        broker: EmbeddedBroker | None = None,
+        broker: EmbeddedBroker | KafkaBroker | None = None,
         namespace: str = "",
         providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
         detect_broker: bool = False,
@@ -207,7 +208,7 @@ class EmbeddedStack:
         if not simulated and not isinstance(providers_yaml, str):
             raise ValueError("without simulated providers, providers_yaml names the providers")
         self._own_broker = broker is None
-        self.broker = broker or EmbeddedBroker(host)
+        self.broker: EmbeddedBroker | KafkaBroker = broker or EmbeddedBroker(host)
         self.namespace = namespace
         self.topics = namespaced_topics(namespace)
         #: Route to these providers instead of the simulated ones (e.g. llmock servers).
@@ -247,7 +248,7 @@ class EmbeddedStack:
             "SWITCHYARD_SHUTDOWN_TIMEOUT_S": str(WORKER_SHUTDOWN_S),
         }
         if not self.detect_broker:
-            own["SWITCHYARD_TANSU_COMPAT"] = "1"
+            own["SWITCHYARD_TANSU_COMPAT"] = "1" if self.broker.is_tansu else "0"
         for name, topic in self.topics.model_dump().items():
             own[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
         return child_env(settings, {**own, **self.extra_env})

@@ -1,0 +1,281 @@
+"""A real Apache Kafka (KRaft, one node) for tests and ``switchyard up``, from Maven Central.
+
+The jars of ``org.apache.kafka:kafka_2.13`` and its runtime dependencies are resolved once
+with Maven into a cache outside the repository (``~/.cache/switchyard/kafka-<version>/libs``,
+or ``$SWITCHYARD_KAFKA_CACHE``). The JVM dies with the process that started it
+(``PR_SET_PDEATHSIG``), even when that process is SIGKILLed.
+
+``python -m app.embedded.kafka --resolve`` fills the cache (CI runs it before the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from app.embedded.broker import free_port
+from app.embedded.child_env import child_env
+from app.embedded.lifetime import die_with_parent
+
+#: The pinned Kafka release.
+KAFKA_VERSION = "4.4.0"
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>switchyard</groupId><artifactId>kafka-runtime</artifactId><version>0</version>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{version}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId>
+      <version>2.25.5</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def cache_dir(version: str = KAFKA_VERSION) -> Path:
+    base = os.environ.get("SWITCHYARD_KAFKA_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "switchyard"
+    return root / f"kafka-{version}"
+
+
+def resolve(version: str = KAFKA_VERSION) -> Path:
+    """The ``libs`` folder of ``version``, resolved with Maven the first time (idempotent)."""
+    target = cache_dir(version)
+    libs = target / "libs"
+    if (target / "COMPLETE").exists() and any(libs.glob("kafka_2.13-*.jar")):
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError("Maven (mvn) is needed to resolve Kafka's jars")
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        pom = Path(work) / "pom.xml"
+        pom.write_text(_POM.format(version=version))
+        subprocess.run(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={libs}",
+            ],
+            check=True,
+        )
+    (target / "COMPLETE").write_text(version + "\n")
+    return libs
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("a JDK (java) is needed to run Kafka")
+    return java
+
+
+_JVM_OPTS = [
+    "-Xmx384m",
+    "-Xms64m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+]
+
+
+class KafkaBroker:
+    """Apache Kafka in KRaft mode (controller+broker) on loopback; the EmbeddedBroker interface."""
+
+    is_tansu = False
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.controller_port = free_port(host)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"kafka://{self.bootstrap}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _config(self, data: Path) -> str:
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@{self.host}:{self.controller_port}",
+                f"listeners=PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://{self.bootstrap}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={data / 'logs'}",
+                "num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=4",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=true",
+                "message.max.bytes=1310720",
+                "replica.fetch.max.bytes=1310720",
+                "num.network.threads=2",
+                "num.io.threads=2",
+                "background.threads=2",
+                "log.cleaner.threads=1",
+                "",
+            ]
+        )
+
+    def start(self, timeout_s: float = 60.0) -> KafkaBroker:
+        libs = resolve()
+        classpath = os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
+        self._dir = tempfile.TemporaryDirectory(prefix="switchyard-kafka-")
+        data = Path(self._dir.name)
+        props = data / "server.properties"
+        props.write_text(self._config(data))
+        java = _java()
+        env = child_env(None)
+        subprocess.run(
+            [
+                java,
+                *_JVM_OPTS,
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                uuid.uuid4().hex[:22],
+                "-c",
+                str(props),
+            ],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+            timeout=120,
+        )
+        log = (data / "kafka.log").open("wb")
+        self._process = subprocess.Popen(
+            [java, *_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(props)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"Kafka exited with code {self._process.returncode}")
+            if self._answers():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"Kafka did not answer on {self.bootstrap} in {timeout_s}s")
+
+    def _answers(self) -> bool:
+        try:
+            socket.create_connection((self.host, self.port), timeout=0.2).close()
+        except OSError:
+            return False
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        async def probe() -> bool:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
+            try:
+                await admin.start()
+                await admin.list_topics()
+                return True
+            except Exception:
+                return False
+            finally:
+                await admin.close()
+
+        return asyncio.run(probe())
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def pause(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(19)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(18)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> KafkaBroker:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.embedded.kafka")
+    parser.add_argument(
+        "--resolve", action="store_true", help="resolve Kafka's jars into the cache"
+    )
+    args = parser.parse_args(argv)
+    if args.resolve:
+        print(resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
