@@ -1,5 +1,6 @@
 """The gateway's HTTP surface (aiohttp): OpenAI's chat completions and models, health,
-readiness, and answers by request id. Bodies and keys are never logged."""
+readiness, answers by request id, and streams resumed from the log (``Last-Event-ID``,
+app/gateway/resume.py). Bodies and keys are never logged."""
 
 from __future__ import annotations
 
