@@ -18,10 +18,11 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLarge
 from faust import StreamT
 from faust.types import EventT
 
+from agents import replies
 from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
 from app import metrics
 from app.events import DeadLetter, LogPosition, RequestAccepted
-from app.ingest import accept, dead_letter, encode_accepted
+from app.ingest import accept, dead_letter, encode_accepted, refusal_reply
 from app.runtime import policy_holder
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> 
         rejected = _dead_letter(reason, type(exc).__name__, raw, source, when)
     if rejected is not None:
         await _publish_dead_letter(rejected)
+        reply = refusal_reply(raw, rejected, settings.max_request_bytes)
+        if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
+            replies.send_response(*reply)
 
 
 async def _forward(raw: bytes, source: LogPosition, when: datetime) -> DeadLetter | None:

@@ -106,6 +106,10 @@ class StatusClass(StrEnum):
 #: The error code (and first word of the outcome's error) of an answer too large to be
 #: delivered in a record (app/execution/envelope.py).
 RESPONSE_TOO_LARGE = "response_too_large"
+#: The ``ErrorBody.type`` of the answer sent to a gateway's reply address when ingest
+#: refuses a request that gateway published (app/ingest.py ``refusal_reply``); its code is
+#: the dead letter's reason.
+REQUEST_REFUSED = "request_refused"
 #: The error code (and first word of the outcome's error) of a request its provider
 #: refused as longer than the model's context window (app/execution/refusals.py): a
 #: ``client_error``, neutral for the provider's health, worth trying on another model.
@@ -332,6 +336,7 @@ __all__ = [
     "MAX_GRADE_WEIGHT",
     "PUBLIC_EVENTS",
     "REFUSAL_CODES",
+    "REQUEST_REFUSED",
     "RESPONSE_TOO_LARGE",
     "SCHEMA_VERSION",
     "_ID_NAMESPACE",

@@ -26,7 +26,17 @@ from pydantic import ValidationError
 
 from app.config import RoutingConfig
 from app.config_auto import AUTO_MODEL, auto_route
-from app.events import ChatRequest, DeadLetter, LogPosition, RequestAccepted, derived_id
+from app.events import (
+    REQUEST_REFUSED,
+    ChatRequest,
+    DeadLetter,
+    ErrorBody,
+    LogPosition,
+    ReplyTo,
+    RequestAccepted,
+    Response,
+    derived_id,
+)
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
 from app.understanding.features import extract_features
 from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
@@ -205,3 +215,39 @@ def accept(
         guardrail=hit.keyword if hit else None,
         prefix_sha256=prefix_sha256(request),
     )
+
+
+#: Dead letters a gateway can have published: its own checks passed, the worker's did
+#: not (its policy a version behind or ahead of the worker's, a larger envelope).
+_REFUSALS_REPLIED: Final = frozenset({"unknown_route", "oversized"})
+
+
+def refusal_reply(
+    raw: bytes, letter: DeadLetter, max_request_bytes: int
+) -> tuple[Response, ReplyTo] | None:
+    """The error answer for the reply address of a request ingest refused, when it has one.
+
+    A gateway publishes a request only after the checks ingest makes, against the policy
+    version it last read; when ingest refuses it all the same (a route a rollback took away
+    a moment ago), the gateway's client gets the refusal now rather than a 504 at the
+    deadline. Only a copy for the reply address: a refused request was never accepted and
+    has no record on ``llm.responses``.
+    """
+    if letter.reason not in _REFUSALS_REPLIED or len(raw) > max_request_bytes:
+        return None
+    try:
+        request = ChatRequest.model_validate_json(raw)
+    except ValidationError:
+        return None
+    if request.reply_to is None:
+        return None
+    error = ErrorBody(type=REQUEST_REFUSED, message=letter.detail, code=letter.reason)
+    response = Response(
+        id=derived_id("response", request.request_id),
+        occurred_at=letter.occurred_at,
+        request_id=request.request_id,
+        status="error",
+        attempts=0,
+        error=error,
+    )
+    return response, request.reply_to

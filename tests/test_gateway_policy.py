@@ -89,5 +89,40 @@ async def test_a_route_applied_live_is_served_then_rolled_back(
     assert "chat2" in await _listed(gateway)
     code, out = await switchyard(stack, "policy", "apply", "--version", "1")
     assert code == 0, out
-    await _until(gateway, "chat2", False)
-    assert "chat2" not in await _listed(gateway)
+    await _until(gateway, "chat2", False)  # refused by the gateway, or by ingest before it
+    started = time.monotonic()
+    while "chat2" in await _listed(gateway):  # the gateway reads the rollback too
+        assert time.monotonic() - started < 30.0, "chat2 still listed 30 s after the rollback"
+        await asyncio.sleep(0.5)
+
+
+async def test_a_gateway_ahead_of_the_workers_policy_gets_the_refusal_at_once(
+    running: tuple[EmbeddedStack, RunningGateway], tmp_path: Path
+) -> None:
+    """A route the gateway knows and the workers do not (a rollback the gateway has not read
+    yet): ingest dead-letters the request and answers the gateway's reply address, so the
+    client gets a 404 in about a second, not a 504 at the request deadline."""
+    stack, _ = running
+    document = yaml.safe_load(stack.providers_file.read_text())
+    document["routes"]["ghost"] = {"providers": [document["providers"][0]["id"]]}
+    ahead = tmp_path / "ahead.yaml"
+    ahead.write_text(yaml.safe_dump(document))
+    settings = stack.gateway_settings()
+    # A policy topic of its own, empty: the gateway serves its providers file's routes.
+    topics = settings.topics.model_copy(update={"policy": f"ahead-{uuid.uuid4().hex[:8]}"})
+    gateway = await start_gateway(
+        settings.model_copy(update={"providers": ahead, "topics": topics})
+    )
+    client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(openai.NotFoundError) as refused:
+            await client.chat.completions.create(
+                model="ghost", messages=[{"role": "user", "content": "hello"}], timeout=60
+            )
+        assert time.monotonic() - started < 15.0
+        assert refused.value.code == "model_not_found"
+        assert "unknown_route" in refused.value.message
+    finally:
+        await client.close()
+        await gateway.stop()

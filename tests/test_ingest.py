@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from app.config import parse_config
-from app.events import DeadLetter, LogPosition, RequestAccepted
-from app.ingest import accept
+from app.events import REQUEST_REFUSED, DeadLetter, LogPosition, ReplyTo, RequestAccepted
+from app.gateway.errors import from_error_body
+from app.ingest import accept, dead_letter, refusal_reply
 
 CONFIG = parse_config(
     {
@@ -207,3 +208,42 @@ def test_a_request_that_grows_when_re_serialised_is_oversized_not_a_crash() -> N
     assert isinstance(letter, DeadLetter)
     assert letter.reason == "oversized" and "re-serialised" in letter.detail
     assert letter.source == WHERE
+
+
+def test_a_refused_gateway_request_is_answered_at_its_reply_address() -> None:
+    """A gateway a policy version behind publishes a model the worker no longer routes:
+    its client gets the 404 now (a copy to the reply address), not a 504 at the deadline."""
+    raw = valid(model="gone", reply_to={"topic": "switchyard.replies", "partition": 3})
+    letter = run(raw)
+    assert isinstance(letter, DeadLetter) and letter.reason == "unknown_route"
+    reply = refusal_reply(raw, letter, max_request_bytes=2048)
+    assert reply is not None
+    response, address = reply
+    assert address == ReplyTo(topic="switchyard.replies", partition=3)
+    assert response.request_id == "r1" and response.status == "error"
+    assert response.error is not None and response.error.type == REQUEST_REFUSED
+    assert response.error.code == "unknown_route"
+    assert response.occurred_at == WHEN and response.attempts == 0
+    answer = from_error_body(response.error)
+    assert (answer.status, answer.code, answer.should_retry) == (404, "model_not_found", False)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        valid(model="gone"),  # no reply address: a platform's request, the dead letter only
+        b'{"model": "gone", "reply_to": {"topic": "t", "partition": 0}}',  # not a request
+    ],
+)
+def test_a_refusal_without_a_reply_address_is_only_dead_lettered(raw: bytes) -> None:
+    letter = run(raw)
+    assert isinstance(letter, DeadLetter)
+    assert refusal_reply(raw, letter, max_request_bytes=2048) is None
+
+
+def test_only_refusals_a_gateway_can_meet_are_replied() -> None:
+    raw = valid(reply_to={"topic": "switchyard.replies", "partition": 0})
+    letter = dead_letter("internal", "x", raw, WHERE, WHEN, 64)
+    assert refusal_reply(raw, letter, max_request_bytes=2048) is None
+    letter = dead_letter("unknown_route", "x", raw, WHERE, WHEN, 64)
+    assert refusal_reply(raw, letter, max_request_bytes=len(raw) - 1) is None  # not re-read

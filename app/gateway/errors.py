@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.events import RESPONSE_TOO_LARGE, ErrorBody
+from app.events import REQUEST_REFUSED, RESPONSE_TOO_LARGE, ErrorBody
 
 #: OpenAI's error ``type`` for each status the gateway answers with.
 ERROR_TYPES: dict[int, str] = {
@@ -90,6 +90,8 @@ def from_error_body(error: ErrorBody | None) -> GatewayError:
     if error is None:
         return GatewayError(500, "error answer without an error body", "internal_error")
     code, message = error.code or error.type, error.message
+    if error.type == REQUEST_REFUSED:  # ingest refused what this gateway published (app/ingest.py)
+        return from_dead_letter(code, message)
     if code == "forbidden_keyword":
         return GatewayError(400, message, code, should_retry=False)
     if code == "tenant_rate_limited":
