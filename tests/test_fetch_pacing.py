@@ -38,14 +38,14 @@ def test_idle_wait_is_never_shorter_than_the_busy_one() -> None:
     assert FetchPacer(busy_ms=10, idle_ms=4).idle_ms == 10
 
 
-async def test_a_started_consumer_paces_its_fetches(broker: EmbeddedBroker) -> None:
+async def test_a_started_consumer_paces_its_fetches(tansu: EmbeddedBroker) -> None:
     """On the real broker: the fetcher's wait follows the pacer (idle, then busy on a record)."""
     topic = f"pacing-{uuid.uuid4().hex[:8]}"
-    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    producer = AIOKafkaProducer(bootstrap_servers=tansu.bootstrap, linger_ms=0)
     consumer = paced_on_start(
         AIOKafkaConsumer(
             topic,
-            bootstrap_servers=broker.bootstrap,
+            bootstrap_servers=tansu.bootstrap,
             group_id=None,
             auto_offset_reset="earliest",
         ),

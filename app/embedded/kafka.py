@@ -82,6 +82,14 @@ def resolve(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+def available() -> bool:
+    """True when Kafka can run here: a JDK, and the jars cached or Maven to resolve them."""
+    if shutil.which("java") is None:
+        return False
+    target = cache_dir()
+    return (target / "COMPLETE").exists() or shutil.which("mvn") is not None
+
+
 def _java() -> str:
     java = shutil.which("java")
     if java is None:
