@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 
 from app.compat.fetch_pacing import pace_fetches
 from app.compat.tansu import fetch_max_wait_ms
-from app.kafka import client_security
+from app.kafka import DURABLE_PRODUCER, client_security
 from app.settings import get_settings
 
 
@@ -26,6 +26,7 @@ class RequestPublisher:
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
             linger_ms=get_settings().producer_linger_ms,
+            **DURABLE_PRODUCER,
             **client_security(),
         )
 

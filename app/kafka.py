@@ -67,6 +67,14 @@ def client_security(settings: Settings | None = None) -> dict[str, Any]:
     return kwargs
 
 
+#: What every producer of records that must not be lost passes (the gateway's and the
+#: platforms' requests, policy versions): every in-sync replica (at least the topic's
+#: ``min.insync.replicas``) has the record before it is acknowledged. The worker's
+#: producers (Faust's) have ``acks=all`` by default. Not idempotent producers: Tansu has
+#: no InitProducerId, and a record sent twice is a duplicate by id (events' ids are
+#: derived from what they are about), which every consumer already drops.
+DURABLE_PRODUCER: dict[str, Any] = {"acks": "all"}
+
 #: The name app/analytics/sink.py looks up.
 client_security_kwargs = client_security
 

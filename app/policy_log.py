@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.contract.policy import PolicyDocument, PolicyProposed, PolicySource
 from app.events import derived_id
-from app.kafka import bootstrap_servers, client_security, ensure_topics
+from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security, ensure_topics
 from app.routing.book import PolicyBook, document_hash
 from app.settings import Settings
 
@@ -68,6 +68,7 @@ async def propose(settings: Settings, proposed: PolicyProposed) -> None:
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers(settings.broker),
         max_request_size=settings.producer_max_request_size,
+        **DURABLE_PRODUCER,
         **client_security(settings),
     )
     await producer.start()

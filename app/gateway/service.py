@@ -37,7 +37,7 @@ from app.gateway.resume import follow, not_found, owns
 from app.gateway.translate import request_event
 from app.gateway.waiter import ReplyWaiter
 from app.ingest import accept
-from app.kafka import bootstrap_servers, client_security
+from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security
 from app.policy_log import PolicyFollower
 from app.settings import Settings
 
@@ -94,6 +94,7 @@ class Gateway:
             bootstrap_servers=bootstrap,
             linger_ms=settings.producer_linger_ms,
             max_request_size=settings.producer_max_request_size,
+            **DURABLE_PRODUCER,
             **client_security(settings),
         )
         self._started = False
