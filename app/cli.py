@@ -90,7 +90,15 @@ def _demo(args: argparse.Namespace) -> int:
         args.timeout if args.timeout is not None else (requests / rate + 60 if local else 150.0)
     )
     return demo.main(
-        requests, rate, args.seed, args.json, timeout, args.strategy, args.export, local
+        requests,
+        rate,
+        args.seed,
+        args.json,
+        timeout,
+        args.strategy,
+        args.export,
+        local,
+        broker=args.broker,
     )
 
 
@@ -154,6 +162,7 @@ def _up(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         ready_timeout_s=args.ready_timeout,
         providers_text=providers_text,
+        broker=args.broker,
     )
     return run_up(settings, options, local_models, providers_yaml)
 
@@ -229,6 +238,8 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app.embedded.brokers import add_broker_flag
+
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -255,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--export", type=Path, default=None, help="write the recorded log here before stopping"
     )
     _add_local_model_flags(demo)
+    add_broker_flag(demo)
     demo.set_defaults(run=_demo)
 
     up = commands.add_parser("up", help="run the embedded stack in the foreground")
@@ -276,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long the worker may take to answer ready (default 120)",
     )
     _add_local_model_flags(up)
+    add_broker_flag(up)
     up.set_defaults(run=_up)
 
     gateway = commands.add_parser(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.client import RequestPublisher, TopicFollower
+from app.embedded.brokers import BrokerKind
 from app.embedded.local_providers import LocalModelChoice, local_stack
 from app.embedded.stack import EmbeddedStack
 from app.settings import Topics
@@ -191,13 +192,17 @@ async def run_demo(
     env: dict[str, str] | None = None,
     export: Path | None = None,
     local: LocalModelChoice | None = None,
+    broker: BrokerKind = "tansu",
 ) -> Summary:
-    print("starting embedded broker, simulated providers and a worker ...", file=sys.stderr)
+    print(
+        f"starting the embedded broker ({broker}), simulated providers and a worker ...",
+        file=sys.stderr,
+    )
     models, providers_yaml = local_stack(local) if local is not None else ([], None)
     if local is not None:
         print(f"local model first: kept at confidence >= {local.threshold:g}", file=sys.stderr)
     async with EmbeddedStack(
-        seed=seed, env=env, local_models=models, providers_yaml=providers_yaml
+        seed=seed, env=env, local_models=models, providers_yaml=providers_yaml, broker_kind=broker
     ) as stack:
         topics = stack.topics
         publisher = await RequestPublisher(stack.broker.bootstrap, topics.requests).start()
@@ -230,9 +235,10 @@ def main(
     strategy: str | None = None,
     export: Path | None = None,
     local: LocalModelChoice | None = None,
+    broker: BrokerKind = "tansu",
 ) -> int:
     env = {"BANDIT_STRATEGY": strategy} if strategy else None
-    summary = asyncio.run(run_demo(requests, rate, seed, timeout_s, env, export, local))
+    summary = asyncio.run(run_demo(requests, rate, seed, timeout_s, env, export, local, broker))
     print(render(summary))
     if as_json:
         print(json.dumps(asdict(summary), sort_keys=True))

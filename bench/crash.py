@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # imported in run(): `switchyard` imports this module at ever
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from app.embedded.brokers import add_broker_flag
+
+    add_broker_flag(parser)
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
     parser.add_argument("--kills", type=int, default=3)
@@ -91,7 +94,7 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
 
     ids = [f"crash-{i:06d}" for i in range(args.requests)]
     kill_times: list[float] = []
-    async with EmbeddedStack(time_scale=0.05, seed=11) as stack:
+    async with EmbeddedStack(time_scale=0.05, seed=11, broker_kind=args.broker) as stack:
         span = args.requests / args.rate
         started = time.time()
         await asyncio.gather(

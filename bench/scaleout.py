@@ -78,6 +78,9 @@ def _worker_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from app.embedded.brokers import add_broker_flag
+
+    add_broker_flag(parser)
     parser.add_argument("--phases", default="steady,burst", help="steady, burst or both")
     parser.add_argument("--routes", type=int, default=12)
     parser.add_argument("--partitions", type=int, default=12)
@@ -151,6 +154,7 @@ async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> d
         partitions=args.partitions,
         env={**env, **_worker_env(args)},
         out=args.out,
+        broker=args.broker,
     ) as stack:
         if not await warm_up(stack, routes, "steady", 90.0):
             raise RuntimeError("the worker answered no warm-up request in 90 s")
@@ -299,7 +303,13 @@ async def bursts(
         return [(f"{tag}-{i:06d}", over[i % len(over)]) for i in range(n)]
 
     async with scaleout_stack(
-        "burst", mocks, routes, partitions=args.partitions, env=_worker_env(args), out=args.out
+        "burst",
+        mocks,
+        routes,
+        partitions=args.partitions,
+        env=_worker_env(args),
+        out=args.out,
+        broker=args.broker,
     ) as stack:
         if not await warm_up(stack, routes, "burst-1", 90.0):
             raise RuntimeError("the worker answered no warm-up request in 90 s")

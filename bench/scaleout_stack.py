@@ -21,6 +21,7 @@ from bench.scaleout_metrics import request_body
 from bench.throughput.procfs import process_cpu_s, process_memory_mb
 
 if TYPE_CHECKING:  # imported where used: `switchyard` imports the benches at every start
+    from app.embedded.brokers import BrokerKind
     from app.embedded.stack import EmbeddedStack
     from bench.throughput.mocks import MockServer
 
@@ -68,6 +69,7 @@ async def scaleout_stack(
     partitions: int,
     env: dict[str, str],
     out: Path,
+    broker: BrokerKind = "tansu",
 ) -> AsyncIterator[EmbeddedStack]:
     """The embedded broker and one worker routing ``routes`` over ``mocks``.
 
@@ -81,6 +83,7 @@ async def scaleout_stack(
         partitions=partitions,
         env={"SWITCHYARD_LOG_LEVEL": "warn", **env},
         workdir=workdir,
+        broker_kind=broker,
     )
     try:
         async with stack:

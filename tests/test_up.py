@@ -29,10 +29,19 @@ import pytest
 import yaml
 from llmock.testing import LLMockServer
 from pydantic import SecretStr
-from up_helpers import Command, accepts, descendants, listeners, process_name, wait_ready
+from up_helpers import (
+    Command,
+    accepts,
+    descendants,
+    listeners,
+    process_name,
+    wait_gone,
+    wait_ready,
+)
 
 from app.analytics.store import Store
 from app.console.server import build_app as console_app
+from app.embedded import kafka
 from app.gateway.run import LOCAL_KEY
 from app.gateway.server import build_app as gateway_app
 from app.gateway.service import Gateway
@@ -298,3 +307,23 @@ def test_up_says_so_and_stops_when_its_worker_is_not_ready_in_time() -> None:
     ), command.lines
     broker = next(x for x in command.lines if x.startswith("broker=")).removeprefix("broker=")
     assert not accepts(broker)  # stopped with it
+
+
+@pytest.mark.skipif(not kafka.available(), reason="Apache Kafka needs a JDK and Maven")
+def test_up_on_apache_kafka_serves_on_loopback_and_leaves_no_jvm() -> None:
+    """``up --broker kafka``: the same lines, every listener (the JVM's broker and
+    controller ports too) on 127.0.0.1, a request answered; SIGKILLed, nothing remains."""
+    command = Command("up", "--broker", "kafka", env=TOKENS)
+    try:
+        up = observe(command)
+        found = listeners(up.pids)
+        assert [x for x in found if x.wildcard] == [], scan(up)
+        assert {x.host for x in found} == {"127.0.0.1"}, scan(up)
+        java = {x.pid for x in found if process_name(x.pid).startswith("java ")}
+        assert len(java) == 1 and port_of(up.urls["broker"]) in {x.port for x in found}, scan(up)
+        answered = _send(up.urls["gateway"], f"up-kafka-{secrets.token_hex(4)}")
+        assert answered.status_code == 200, answered.text[:300]
+        every = up.pids
+    finally:
+        command.kill()  # SIGKILL: the JVM, the worker and the rest die with it
+    assert wait_gone(every - {command.process.pid}, time.monotonic() + 30) == set()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from app.embedded.broker import EmbeddedBroker, free_port
+from app.embedded.brokers import BrokerKind, embedded_broker
 from app.embedded.child_env import TRANSPORT_TUNING_ENV as TRANSPORT_TUNING_ENV
 from app.embedded.child_env import child_env
 from app.embedded.kafka import KafkaBroker
@@ -197,6 +198,7 @@ class EmbeddedStack:
         env: dict[str, str] | None = None,
         workdir: Path | None = None,
         broker: EmbeddedBroker | KafkaBroker | None = None,
+        broker_kind: BrokerKind = "tansu",
         namespace: str = "",
         providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
         detect_broker: bool = False,
@@ -208,7 +210,8 @@ class EmbeddedStack:
         if not simulated and not isinstance(providers_yaml, str):
             raise ValueError("without simulated providers, providers_yaml names the providers")
         self._own_broker = broker is None
-        self.broker: EmbeddedBroker | KafkaBroker = broker or EmbeddedBroker(host)
+        #: The broker given, or one of ``broker_kind`` the stack starts and stops.
+        self.broker: EmbeddedBroker | KafkaBroker = broker or embedded_broker(broker_kind, host)
         self.namespace = namespace
         self.topics = namespaced_topics(namespace)
         #: Route to these providers instead of the simulated ones (e.g. llmock servers).

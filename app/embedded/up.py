@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.config import load_config
+from app.embedded.brokers import BrokerKind
 from app.embedded.child_env import child_env
 from app.embedded.stack import WORKER_READY_TIMEOUT_S, EmbeddedStack, WorkerNotReady
 from app.settings import Settings
@@ -45,6 +46,8 @@ class UpOptions:
     ready_timeout_s: float = WORKER_READY_TIMEOUT_S
     #: The text of the user's providers file (``--providers``); None: simulated providers.
     providers_text: str | None = None
+    #: The embedded broker the stack runs on (``--broker``).
+    broker: BrokerKind = "tansu"
 
 
 def user_providers(path: Path, settings: Settings) -> str:
@@ -96,6 +99,7 @@ async def _serve(
         env={"SWITCHYARD_CONSOLE_URL": f"http://{host}:{console_port}"},
         settings=settings,
         simulated=own is None,
+        broker_kind=options.broker,
     )
     async with stack:
         gateway = await start_gateway(stack.gateway_settings(options.gateway_port))

@@ -71,6 +71,9 @@ from bench.throughput.switchyard import run_switchyard
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from app.embedded.brokers import add_broker_flag
+
+    add_broker_flag(parser)
     parser.add_argument("--mocks", default="llmock,light", help="llmock, light or both")
     parser.add_argument("--latency-ms", type=int, default=20, help="fixed latency of the mocks")
     parser.add_argument("--rate", type=float, default=100.0, help="fixed arrival rate, req/s")

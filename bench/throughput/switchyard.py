@@ -55,6 +55,7 @@ async def run_switchyard(mocks: Sequence[MockServer], args: argparse.Namespace) 
     stack = EmbeddedStack(
         providers_yaml=providers_yaml(mocks, args.deployments),
         env={"BANDIT_STRATEGY": args.strategy, "SWITCHYARD_LOG_LEVEL": "warn"},
+        broker_kind=args.broker,
     )
     result: dict[str, Any] = {"strategy": args.strategy, "mocks": {}}
     started = time.perf_counter()
