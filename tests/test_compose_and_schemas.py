@@ -18,13 +18,16 @@ import yaml
 from app import schemas
 from app.cli import build_parser
 from app.config import load_config
+from app.embedded.kafka import KAFKA_VERSION
 from app.kafka import bootstrap_servers
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = ("worker-1", "worker-2")
 #: Images docker-compose.yml may name: pinned tags published by their projects.
-KNOWN_IMAGES = {"apache/kafka:3.9.0", "prom/prometheus:v2.53.2", "grafana/grafana:11.2.0"}
+#: Kafka's is the release the tests run on.
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+KNOWN_IMAGES = {KAFKA_IMAGE, "prom/prometheus:v2.53.2", "grafana/grafana:11.2.0"}
 
 
 def setting_variables() -> set[str]:
@@ -68,6 +71,7 @@ def test_compose_names_only_real_images_commands_and_settings() -> None:
     ours = {name for name, image in images.items() if image == "switchyard:local"}
     assert ours == {*WORKERS, "gateway"}
     assert {image for image in images.values() if image != "switchyard:local"} <= KNOWN_IMAGES
+    assert images["kafka"] == KAFKA_IMAGE
     dockerfile = (ROOT / services["gateway"]["build"]["dockerfile"]).read_text()
     assert re.findall(r"^FROM (\S+)", dockerfile, flags=re.M) == ["python:3.11-slim"]
     subcommands = {
