@@ -18,7 +18,7 @@ import faust
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
-from agents import fast_delivery
+from agents import fast_delivery, seek_start
 from agents.flow_control import LiveFlowControl
 from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
@@ -29,6 +29,7 @@ from app.web_auth import faust_web_options
 
 
 def build_app(settings: Settings) -> faust.App:
+    seek_start.install()
     if settings.tansu_compat:
         tansu.install()
     if settings.fast_delivery:
