@@ -9,12 +9,14 @@ app/kafka_security.py) becomes client arguments: every ``AIOKafkaProducer``,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
 from app.config import ConfigError
@@ -128,24 +130,79 @@ def public_topics(settings: Settings) -> list[str]:
     ]
 
 
-async def ensure_topics(settings: Settings) -> None:
-    """Create the topics the worker reads and writes, with the configured partition count."""
+def topic_configs(settings: Settings) -> dict[str, str]:
+    """The configs of every topic Switchyard creates: ``min.insync.replicas`` above 1 (with
+    producers' ``acks=all``, a record is acknowledged once that many replicas have it)."""
+    if settings.min_insync_replicas <= 1:
+        return {}
+    return {"min.insync.replicas": str(settings.min_insync_replicas)}
+
+
+async def ensure_topics(settings: Settings, served_within_s: float = 60.0) -> None:
+    """Create the topics the worker reads and writes, with the configured partition count,
+    and return once the broker serves every partition of each.
+
+    A broker acknowledges a topic's creation before every broker has learnt who leads its
+    partitions; a client that looks in between finds no topic or a ``NotLeader`` error (on a
+    single Apache Kafka node holding a few thousand partitions, for seconds), and a
+    consumer that met it could be left never fetching a partition.
+    """
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers(settings.broker), **client_security(settings)
     )
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        configs = topic_configs(settings)
         wanted = [
-            NewTopic(name, settings.partitions, settings.replication_factor)
+            NewTopic(name, settings.partitions, settings.replication_factor, topic_configs=configs)
             for name in public_topics(settings)
             if name not in existing
         ]
         if settings.topics.policy not in existing:
             # One partition: its order numbers the policy versions (issue 13).
-            wanted.append(NewTopic(settings.topics.policy, 1, settings.replication_factor))
+            policy = NewTopic(
+                settings.topics.policy, 1, settings.replication_factor, topic_configs=configs
+            )
+            wanted.append(policy)
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(wanted)
     finally:
         await admin.close()
+    if wanted:
+        await wait_served(settings, {t.name: t.num_partitions for t in wanted}, served_within_s)
+
+
+async def wait_served(settings: Settings, partitions: dict[str, int], within_s: float) -> None:
+    """Return once every partition of ``partitions`` (topic: count) has a leader that answers
+    a ListOffsets; TimeoutError past ``within_s``."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers(settings.broker),
+        group_id=None,
+        enable_auto_commit=False,
+        request_timeout_ms=5000,
+        **client_security(settings),
+    )
+    await consumer.start()
+    try:
+        async with asyncio.timeout(within_s):
+            while not await _all_served(consumer, partitions):
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise TimeoutError(f"topics not served by the broker within {within_s:g}s") from None
+    finally:
+        await consumer.stop()
+
+
+async def _all_served(consumer: AIOKafkaConsumer, partitions: dict[str, int]) -> bool:
+    await consumer._client.force_metadata_update()
+    for topic, count in partitions.items():
+        if len(consumer.partitions_for_topic(topic) or ()) < count:
+            return False
+    tps = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
+    try:
+        await consumer.end_offsets(tps)
+    except KafkaError:  # NotLeaderForPartition, UnknownTopicOrPartition: not yet
+        return False
+    return True

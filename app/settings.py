@@ -212,6 +212,10 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".switchyard/data")
     partitions: int = Field(default=4, ge=1)
     replication_factor: int = Field(default=1, ge=1)
+    #: Replicas that must have a record before a producer with ``acks=all`` (every one of
+    #: Switchyard's) is told it is written; on 3 brokers with a replication factor of 3, 2
+    #: lets one broker die without refusing a write or losing an acknowledged one.
+    min_insync_replicas: int = Field(default=1, ge=1)
     web_host: str = "127.0.0.1"
     web_port: int = Field(default=6066, ge=1, le=65535)
     #: Faust's own ``/table/*`` and ``/router/*`` views: off (404) unless set, and then
