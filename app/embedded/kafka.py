@@ -103,6 +103,8 @@ _JVM_OPTS = [
     "-XX:+UseSerialGC",
     "-XX:TieredStopAtLevel=1",
     "-Djava.awt.headless=true",
+    # IPv4 sockets: the listeners bind 127.0.0.1, not its IPv6-mapped form.
+    "-Djava.net.preferIPv4Stack=true",
 ]
 
 
