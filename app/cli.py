@@ -215,6 +215,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "CPU of one consumed and one sent record in a Faust agent",
     ),
     "faults": ("bench.faults", "16 provider faults through the gateway: rescued, errors, hangs"),
+    "local_outage": (
+        "bench.local_outage",
+        "local-first with the local model up, stopped, started again: who answered, how fast",
+    ),
 }
 
 
