@@ -177,7 +177,7 @@ def _with_local(run: Any, **changes: Any) -> Any:
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"breaker": "open"}, "local_breaker_not_closed"),
+        ({"breaker": "open"}, "local_breaker_open"),
         ({"in_flight": 10_000}, "local_busy"),
         ({"retry_after_until": T0 + 60}, "local_retry_after"),
     ],
@@ -220,3 +220,30 @@ def test_an_unsure_local_answer_leaves_the_cloud_all_its_attempts() -> None:
     (dispatch,) = cloud.dispatches
     # Attempt 2 is the cloud's first: the cloud has max_attempts of its own.
     assert dispatch.max_attempts == POLICY.max_attempts("chat") + 1
+
+
+def test_a_recovered_local_model_gets_the_half_open_probe_and_local_first_resumes() -> None:
+    """Its breaker open for longer than the breaker's timeout, the local model takes the
+    next request's first attempt as the probe; while that probe is out, the cloud takes the
+    others at once; a confident answer to it is kept, and the next probes close it."""
+    opened = Breaker(state=BreakerPhase.OPEN, failures=5, last_failure_time=T0)
+    later = T0 + POLICY.breaker.timeout_s + 1
+    state = _with_local(fold([], POLICY), breaker=opened)
+    run = fold([accepted("p1", later), accepted("p2", later + 0.1)], POLICY, state)
+    first, second = run.dispatches
+    assert first.decision.deployment == LOCAL and first.decision.attempt == 1
+    assert first.min_confidence == 0.75
+    assert second.decision.deployment != LOCAL
+    kept_out = {(e.deployment, e.reason) for e in second.decision.excluded}
+    assert (LOCAL, "local_half_open_probe_in_flight") in kept_out
+
+
+def test_before_the_breaker_s_timeout_the_local_model_is_not_probed() -> None:
+    opened = Breaker(state=BreakerPhase.OPEN, failures=5, last_failure_time=T0)
+    state = _with_local(fold([], POLICY), breaker=opened)
+    run = fold([accepted("p1", T0 + POLICY.breaker.timeout_s - 1)], POLICY, state)
+    (dispatch,) = run.dispatches
+    assert dispatch.decision.deployment != LOCAL
+    assert (LOCAL, "local_breaker_open") in {
+        (e.deployment, e.reason) for e in dispatch.decision.excluded
+    }

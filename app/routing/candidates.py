@@ -20,6 +20,7 @@ from typing import cast
 
 from app.config import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
+from app.routing import breaker
 from app.routing.capabilities import needs_of, unable
 from app.routing.data_policy import breaks, rules_of
 from app.routing.policy import Arm, Policy
@@ -150,7 +151,8 @@ def local_unready(
 ) -> str | None:
     """Why the local deployment cannot take the request now (None: it can): the
     request's lists leave it out, the model cannot serve it (its modalities, its
-    context window), its breaker is not closed, it is busy or cooling down. Never
+    context window), its breaker is open (or half-open with its probe out), it is busy or
+    cooling down. Never
     waited for: the cloud takes the request at once."""
     if lists.only is not None and arm.provider.id not in lists.only:
         return "provider_not_in_only"
@@ -162,8 +164,14 @@ def local_unready(
     arm_state = state.arm(arm.deployment)
     if arm_state.refused_tokens and needs_of(accepted).tokens >= arm_state.refused_tokens:
         return "local_context_window_learnt"
-    if arm_state.breaker.state is not BreakerPhase.CLOSED:
-        return "local_breaker_not_closed"
+    # Its breaker as selection will see it at this clock: once open long enough it is
+    # half-open, and the local model takes the probe that can close it again (else it
+    # would be skipped for good: only selection moves a breaker on time).
+    phase = breaker.on_clock(arm_state.breaker, state.clock, policy.breaker).state
+    if phase is BreakerPhase.OPEN:
+        return "local_breaker_open"
+    if phase is BreakerPhase.HALF_OPEN and arm_state.in_flight > 0:
+        return "local_half_open_probe_in_flight"
     if arm_state.in_flight >= arm.provider.max_concurrency:
         return "local_busy"
     if arm_state.retry_after_until > state.clock:
