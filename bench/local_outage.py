@@ -129,6 +129,18 @@ async def _publish(publisher: Any, rate: float, until: float, tag: str, sent: li
         index += 1
 
 
+async def _warm_up(stack: Any, publisher: Any) -> None:
+    """One request answered before the phases: the worker is up and the route's row exists."""
+    from app.client import all_answered, read_topics
+
+    await publisher.publish(
+        {"request_id": "warm-up", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    await publisher.flush()
+    topic = stack.topics.responses
+    await read_topics(stack.broker.bootstrap, [topic], all_answered(["warm-up"], topic), 90)
+
+
 async def local_outage(args: argparse.Namespace) -> dict[str, Any]:
     from app.client import RequestPublisher, all_answered, read_topics
     from app.embedded.broker import free_port
@@ -147,6 +159,7 @@ async def local_outage(args: argparse.Namespace) -> dict[str, Any]:
         topics = stack.topics
         publisher = await RequestPublisher(stack.broker.bootstrap, topics.requests).start()
         try:
+            await _warm_up(stack, publisher)
             for phase, span in zip(PHASES, (args.up_s, args.down_s, args.back_s), strict=True):
                 before = local.calls
                 if phase == "down":
