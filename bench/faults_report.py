@@ -3,9 +3,11 @@ what the clients got, wall times, provider calls and attempt outcomes; per scena
 verdict.
 
 A scenario is **good** when every request ended as it should: the canonical answer
-(``rescued``), except ``context_length`` and ``content_filter`` (a clean 400 error: no
-other model can help). ``rejects_prefill`` counts as rescued only: its fallback takes the
-prefill, so a clean 400 is a rescue missed. It is **bad**
+(``rescued``), except ``content_filter`` (a clean 400 error: no other model can help).
+``context_length`` may be either: its fallback has the larger window, so the answer is
+best, and a clean 400 is what a route without such a model can give. ``rejects_prefill``
+counts as rescued only: its fallback takes the prefill, so a clean 400 is a rescue
+missed. It is **bad**
 when a client hung, got a wrong or cut answer with no error, a connection broken, or an
 error past the bound; **poor** otherwise (clean errors where a rescue was possible, or
 streams that ended with an error event).
@@ -21,7 +23,7 @@ from bench.faults_client import CLASSES, Result
 
 #: What a well-conducted gateway gives the client, by scenario (default: the answer).
 EXPECTED: dict[str, frozenset[str]] = {
-    "context_length": frozenset({"clean_error"}),
+    "context_length": frozenset({"clean_error", "rescued"}),
     "content_filter": frozenset({"clean_error"}),
 }
 BAD = frozenset({"hang", "truncated", "broken", "slow_error"})
