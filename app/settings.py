@@ -212,9 +212,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".switchyard/data")
     partitions: int = Field(default=4, ge=1)
     replication_factor: int = Field(default=1, ge=1)
-    #: Replicas that must have a record before a producer with ``acks=all`` (every one of
-    #: Switchyard's) is told it is written; on 3 brokers with a replication factor of 3, 2
-    #: lets one broker die without refusing a write or losing an acknowledged one.
+    #: Replicas that must have a record before a producer (``acks=all``, all of ours) is
+    #: told it is written: 2 of 3 lets one broker die without losing an acknowledged write.
     min_insync_replicas: int = Field(default=1, ge=1)
     web_host: str = "127.0.0.1"
     web_port: int = Field(default=6066, ge=1, le=65535)
@@ -299,7 +298,7 @@ class Settings(BaseSettings):
     #: How long Switchyard's producers hold a record to batch it (aiokafka ``linger_ms``).
     #: Records batch anyway while the previous request to the broker is in flight; a
     #: linger delays every record and on Tansu makes it miss a fetch's halfway look:
-    #: 0 took 3-5 ms off the added p50 (docs/benchmarks.md, stop 27).
+    #: 0 took 3-5 ms off the added p50 (docs/benchmarks.md, "Producer linger 0").
     producer_linger_ms: int = Field(default=0, ge=0, le=1000)
     log_level: str = "warn"
     #: How often each worker publishes a RouteTick per route (seconds).
