@@ -56,7 +56,7 @@ def resolve(version: str = KAFKA_VERSION) -> Path:
     """The ``libs`` folder of ``version``, resolved with Maven the first time (idempotent)."""
     target = cache_dir(version)
     libs = target / "libs"
-    if (target / "COMPLETE").exists() and any(libs.glob("kafka_2.13-*.jar")):
+    if _cached(version):
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
@@ -82,12 +82,17 @@ def resolve(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+def _cached(version: str = KAFKA_VERSION) -> bool:
+    """The jars of ``version`` are in the cache, complete."""
+    target = cache_dir(version)
+    return (target / "COMPLETE").exists() and any((target / "libs").glob("kafka_2.13-*.jar"))
+
+
 def available() -> bool:
     """True when Kafka can run here: a JDK, and the jars cached or Maven to resolve them."""
     if shutil.which("java") is None:
         return False
-    target = cache_dir()
-    return (target / "COMPLETE").exists() or shutil.which("mvn") is not None
+    return _cached() or shutil.which("mvn") is not None
 
 
 def _java() -> str:

@@ -152,8 +152,7 @@ def local_unready(
     """Why the local deployment cannot take the request now (None: it can): the
     request's lists leave it out, the model cannot serve it (its modalities, its
     context window), its breaker is open (or half-open with its probe out), it is busy or
-    cooling down. Never
-    waited for: the cloud takes the request at once."""
+    cooling down. Never waited for: the cloud takes the request at once."""
     if lists.only is not None and arm.provider.id not in lists.only:
         return "provider_not_in_only"
     if arm.provider.id in lists.ignore:
