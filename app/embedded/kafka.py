@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -21,10 +22,14 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
 from app.embedded.lifetime import die_with_parent
+
+if TYPE_CHECKING:
+    from aiokafka.admin import AIOKafkaAdminClient
 
 #: The pinned Kafka release.
 KAFKA_VERSION = "4.4.0"
@@ -102,15 +107,118 @@ def _java() -> str:
     return java
 
 
-_JVM_OPTS = [
-    "-Xmx384m",
-    "-Xms64m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Djava.awt.headless=true",
-    # IPv4 sockets: the listeners bind 127.0.0.1, not its IPv6-mapped form.
-    "-Djava.net.preferIPv4Stack=true",
-]
+def jvm_options(heap: str = "384m") -> list[str]:
+    """The options of every Kafka JVM here: a small heap, serial GC, quick start."""
+    return [
+        f"-Xmx{heap}",
+        "-Xms64m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Djava.awt.headless=true",
+        # IPv4 sockets: the listeners bind 127.0.0.1, not its IPv6-mapped form.
+        "-Djava.net.preferIPv4Stack=true",
+    ]
+
+
+def kafka_classpath() -> str:
+    """The cached jars (resolved the first time) as a ``-cp`` argument."""
+    return os.pathsep.join(str(p) for p in sorted(resolve().glob("*.jar")))
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id (22 characters of base64's alphabet)."""
+    return uuid.uuid4().hex[:22]
+
+
+def format_storage_command(classpath: str, props: Path, cluster_id: str, heap: str) -> list[str]:
+    """``kafka-storage format`` of the log dirs ``props`` names, for ``cluster_id``."""
+    return [
+        _java(),
+        *jvm_options(heap),
+        "-cp",
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(props),
+    ]
+
+
+def server_command(classpath: str, props: Path, heap: str) -> list[str]:
+    """A Kafka server of ``props``."""
+    return [_java(), *jvm_options(heap), "-cp", classpath, "kafka.Kafka", str(props)]
+
+
+def spawn_jvm(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session, output to ``log_path``; it dies with this process
+    (``PR_SET_PDEATHSIG``) and gets none of Switchyard's settings."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            command,
+            env=child_env(None),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+
+
+def own_admin_client(bootstrap: str, request_timeout_ms: int = 5000) -> AIOKafkaAdminClient:
+    """An admin client of a broker this process launched: plaintext on loopback (the user's
+    ``SWITCHYARD_KAFKA_*`` security describes the user's cluster, never this one)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms)
+
+
+def kafka_answers(host: str, port: int, timeout_ms: int = 3000) -> bool:
+    """The broker on ``host:port`` accepts a connection and answers a metadata request."""
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+    except OSError:
+        return False
+
+    async def probe() -> bool:
+        admin = own_admin_client(f"{host}:{port}", timeout_ms)
+        try:
+            await admin.start()
+            await admin.list_topics()
+            return True
+        except Exception:
+            return False
+        finally:
+            await admin.close()
+
+    return asyncio.run(probe())
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 20.0) -> None:
+    """SIGTERM, and SIGKILL past ``timeout_s``; waits for it (a SIGSTOPped one is continued)."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGCONT)
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+#: What every Kafka node here is set to: quick group joins, room for the largest request's
+#: records, few threads (two cores run the broker, the workers and the driver).
+SMALL_SERVER_SETTINGS: tuple[str, ...] = (
+    "group.initial.rebalance.delay.ms=0",
+    "auto.create.topics.enable=true",
+    "message.max.bytes=1310720",
+    "replica.fetch.max.bytes=1310720",
+    "num.network.threads=2",
+    "num.io.threads=2",
+    "background.threads=2",
+    "log.cleaner.threads=1",
+)
 
 
 class KafkaBroker:
@@ -122,6 +230,7 @@ class KafkaBroker:
         self.host = host
         self.port = port or free_port(host)
         self.controller_port = free_port(host)
+        self.heap = "384m"
         self._process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -156,57 +265,27 @@ class KafkaBroker:
                 "transaction.state.log.min.isr=1",
                 "share.coordinator.state.topic.replication.factor=1",
                 "share.coordinator.state.topic.min.isr=1",
-                "group.initial.rebalance.delay.ms=0",
-                "auto.create.topics.enable=true",
-                "message.max.bytes=1310720",
-                "replica.fetch.max.bytes=1310720",
-                "num.network.threads=2",
-                "num.io.threads=2",
-                "background.threads=2",
-                "log.cleaner.threads=1",
+                *SMALL_SERVER_SETTINGS,
                 "",
             ]
         )
 
     def start(self, timeout_s: float = 60.0) -> KafkaBroker:
-        libs = resolve()
-        classpath = os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")))
+        classpath = kafka_classpath()
         self._dir = tempfile.TemporaryDirectory(prefix="switchyard-kafka-")
         data = Path(self._dir.name)
         props = data / "server.properties"
         props.write_text(self._config(data))
-        java = _java()
-        env = child_env(None)
         subprocess.run(
-            [
-                java,
-                *_JVM_OPTS,
-                "-cp",
-                classpath,
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                uuid.uuid4().hex[:22],
-                "-c",
-                str(props),
-            ],
-            env=env,
+            format_storage_command(classpath, props, new_cluster_id(), self.heap),
+            env=child_env(None),
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=die_with_parent,
             timeout=120,
         )
-        log = (data / "kafka.log").open("wb")
-        self._process = subprocess.Popen(
-            [java, *_JVM_OPTS, "-cp", classpath, "kafka.Kafka", str(props)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
+        self._process = spawn_jvm(server_command(classpath, props, self.heap), data / "kafka.log")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -218,33 +297,10 @@ class KafkaBroker:
         raise TimeoutError(f"Kafka did not answer on {self.bootstrap} in {timeout_s}s")
 
     def _answers(self) -> bool:
-        try:
-            socket.create_connection((self.host, self.port), timeout=0.2).close()
-        except OSError:
-            return False
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        async def probe() -> bool:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
-            try:
-                await admin.start()
-                await admin.list_topics()
-                return True
-            except Exception:
-                return False
-            finally:
-                await admin.close()
-
-        return asyncio.run(probe())
+        return kafka_answers(self.host, self.port)
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop_process(self._process)
         self._process = None
         if self._dir is not None:
             self._dir.cleanup()
