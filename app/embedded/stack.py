@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from app.embedded.broker import EmbeddedBroker, free_port
-from app.embedded.brokers import BrokerKind, embedded_broker
+from app.embedded.broker import free_port
+from app.embedded.brokers import AnyBroker, BrokerKind, embedded_broker
+from app.embedded.child_env import SETTINGS_PREFIX, child_env
 from app.embedded.child_env import TRANSPORT_TUNING_ENV as TRANSPORT_TUNING_ENV
-from app.embedded.child_env import child_env
-from app.embedded.kafka import KafkaBroker
+from app.embedded.kafka_cluster import KafkaCluster
 from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.kafka import ensure_topics
@@ -197,7 +197,7 @@ class EmbeddedStack:
         partitions: int = 4,
         env: dict[str, str] | None = None,
         workdir: Path | None = None,
-        broker: EmbeddedBroker | KafkaBroker | None = None,
+        broker: AnyBroker | None = None,
         broker_kind: BrokerKind = "tansu",
         namespace: str = "",
         providers_yaml: str | Callable[[SimulatedProviders], str] | None = None,
@@ -211,7 +211,7 @@ class EmbeddedStack:
             raise ValueError("without simulated providers, providers_yaml names the providers")
         self._own_broker = broker is None
         #: The broker given, or one of ``broker_kind`` the stack starts and stops.
-        self.broker: EmbeddedBroker | KafkaBroker = broker or embedded_broker(broker_kind, host)
+        self.broker: AnyBroker = broker or embedded_broker(broker_kind, host)
         self.namespace = namespace
         self.topics = namespaced_topics(namespace)
         #: Route to these providers instead of the simulated ones (e.g. llmock servers).
@@ -250,15 +250,33 @@ class EmbeddedStack:
             "SWITCHYARD_APP_ID": f"switchyard-{self.namespace}" if self.namespace else "switchyard",
             "SWITCHYARD_SHUTDOWN_TIMEOUT_S": str(WORKER_SHUTDOWN_S),
         }
+        for name, value in self.replication().items():
+            own[f"{SETTINGS_PREFIX}{name.upper()}"] = str(value)
         if not self.detect_broker:
             own["SWITCHYARD_TANSU_COMPAT"] = "1" if self.broker.is_tansu else "0"
         for name, topic in self.topics.model_dump().items():
             own[f"SWITCHYARD_TOPIC_{name.upper()}"] = topic
         return child_env(settings, {**own, **self.extra_env})
 
+    def replication(self) -> dict[str, int]:
+        """``replication_factor`` and ``min_insync_replicas`` of a replicated cluster (3 and 2),
+        which the workers and the topics the stack creates take; none on a single node,
+        where the caller's settings hold."""
+        if isinstance(self.broker, KafkaCluster):
+            return {
+                "replication_factor": self.broker.replication_factor,
+                "min_insync_replicas": self.broker.min_insync_replicas,
+            }
+        return {}
+
     def settings(self) -> Settings:
-        """The caller's settings on this stack's broker, partitions and topics."""
-        update = {"broker": self.broker.url, "partitions": self.partitions, "topics": self.topics}
+        """The caller's settings on this stack's broker, partitions, topics and replication."""
+        update: dict[str, object] = {
+            "broker": self.broker.url,
+            "partitions": self.partitions,
+            "topics": self.topics,
+            **self.replication(),
+        }
         return self.caller_settings().model_copy(update=update)
 
     def gateway_settings(self, port: int = 0) -> Settings:
