@@ -7,7 +7,10 @@ from them, so a client can check what it received), as JSON or, with ``stream: t
 as server-sent chunks (role, one chunk per token, the finish reason, the usage chunk
 with ``stream_options.include_usage``, ``data: [DONE]``). The scenarios are
 :data:`SCENARIOS`; ``fb-ok`` (any ``fb-`` prefix) behaves as the scenario after it but
-is counted apart, so a fallback's calls are told from the primary's.
+is counted apart, so a fallback's calls are told from the primary's. An assistant
+prefill that begins the answer of the messages before it is a continuation (a router
+going on with a broken stream): the answer goes on after it; ``rejects_prefill`` answers
+one with a 400 and is healthy otherwise.
 
 Calls are counted per (scenario, request), the request being :func:`request_key` of
 the messages: ``GET /_faults/calls``. ``POST /_faults/reset`` forgets them and restarts
@@ -172,12 +175,17 @@ class _Exchange:
             isinstance(options_of, dict) and options_of.get("include_usage") is True
         )
         self.options = options
-        #: An assistant prefill (the last message): a healthy answer continues it.
+        #: An assistant prefill (the last message) that begins the answer of the messages
+        #: before it is a continuation: a healthy answer goes on after it. Any other
+        #: prefill (the client's own) is part of the request.
         self.prefill = ""
         if messages and messages[-1].get("role") == "assistant":
             content = messages[-1].get("content")
             self.prefill = content if isinstance(content, str) else ""
-        self.asked = messages[:-1] if self.prefill else messages
+        continues = bool(self.prefill) and canonical_text(messages[:-1]).startswith(self.prefill)
+        self.asked = messages[:-1] if continues else messages
+        #: Characters of the answer the continuation's prefill already holds.
+        self.given = len(self.prefill) if continues else 0
         self.key = request_key(self.asked)
 
     async def play(self, scenario: str, number: int, since_start_s: float) -> web.StreamResponse:
@@ -226,11 +234,13 @@ class _Exchange:
     async def _json(self, scenario: str) -> web.StreamResponse:
         if scenario == "slow_first_token":
             await asyncio.sleep(self.options.slow_first_token_s)
-        body = json.dumps(completion_body(self.model, self.messages)).encode()
+        answer = completion_body(self.model, self.asked)
+        text = canonical_text(self.asked)[self.given :]
+        answer["choices"][0]["message"]["content"] = text
+        body = json.dumps(answer).encode()
         if scenario in ("stream_cut", "stream_stall", "malformed_chunk"):
-            text = canonical_text(self.messages)
             start = body.index(json.dumps(text).encode()) + 1
-            cut = start + len("".join(canonical_tokens(self.messages)[:BREAK_AT]))
+            cut = start + max(0, len("".join(canonical_tokens(self.asked)[:BREAK_AT])) - self.given)
             if scenario == "malformed_chunk":
                 body = body[:cut] + b'"<not json>' + body[cut:]
                 return web.Response(body=body, content_type="application/json")
@@ -252,7 +262,7 @@ class _Exchange:
             await asyncio.sleep(self.options.slow_first_token_s)
         given = 0  # characters of the answer the prefill already holds
         for index, token in enumerate(canonical_tokens(self.asked)):
-            if given < len(self.prefill):
+            if given < self.given:
                 given += len(token)
                 continue
             if index == BREAK_AT and scenario in ("stream_cut", "stream_stall"):

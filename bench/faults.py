@@ -3,7 +3,11 @@
 The fault provider (bench/fault_provider.py, its own process) serves one scenario per
 deployment; the embedded stack (one worker) routes one route per scenario, each the
 target of a dynamic route's model node with ``fallback_models: [fb-ok]`` (a healthy
-deployment of the same provider), and the gateway runs in front of it. Every scenario's
+deployment of the same provider; ``--fallback-prefill`` declares it ``prefill: true``, so
+a broken stream is continued from a prefill rather than restarted), and the gateway runs
+in front of it. ``rejects_prefill``'s primary cuts its stream like ``stream_cut`` and its
+fallback, ``fb-rejects_prefill``, is declared ``prefill: true`` but answers a prefill with
+a 400: the continuation must learn that and restart. Every scenario's
 requests (``--requests`` streamed and as many not, at most ``--concurrency`` at once;
 the scenarios side by side, their starts ``--stagger-s`` apart) go through the gateway
 with ``openai.AsyncOpenAI`` (``max_retries=0``, ``--timeout``). ``flapping``'s are spread
@@ -11,7 +15,8 @@ over 1.25 × its 503 time, so some arrive after it recovers.
 
 For each scenario and mode: what the client got (bench/faults_client.py's classes),
 wall time p50/max, the calls the provider counted for the primary and the fallback, the
-attempts' outcomes read back from ``llm.outcomes``, and a verdict (bench/faults_report.py).
+attempts' outcomes read back from ``llm.outcomes``, and a verdict (bench/faults_report.py);
+then a replay of the whole log (every scenario's decisions and answers re-derived).
 A Markdown table is printed; ``--json PATH`` writes every request's record.
 Everything started is stopped at the end.
 """
@@ -37,6 +42,7 @@ import yaml
 
 from app.client import TopicFollower
 from app.embedded.broker import free_port
+from app.embedded.brokers import add_broker_flag
 from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
 from app.gateway.run import RunningGateway, start_gateway
@@ -49,6 +55,13 @@ from bench.gateway_sides import Process
 API_KEY = "sk-switchyard-faults"
 KEY_NAME = "faults"
 FALLBACK = "fb-ok"
+#: Scenarios whose primary plays another scenario's fault, and their own fallback model.
+PRIMARY_PLAYS = {"rejects_prefill": "stream_cut"}
+FALLBACK_OF = {"rejects_prefill": "fb-rejects_prefill"}
+
+
+def fallback_of(scenario: str) -> str:
+    return FALLBACK_OF.get(scenario, FALLBACK)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--provider-timeout-ms", type=int, default=30_000, help="each deployment's (30000)"
     )
     parser.add_argument("--json", metavar="PATH", default=None, help="write the records here")
+    parser.add_argument(
+        "--fallback-prefill",
+        action="store_true",
+        help="declare fb-ok prefill: true (a broken stream continues from a prefill)",
+    )
+    add_broker_flag(parser)
     add_options(parser)  # --rate-limited-calls, --slow-first-token-s, --flap-s, --token-ms
 
 
@@ -88,21 +107,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def providers_yaml(base_url: str, scenarios: list[str], timeout_ms: int) -> str:
-    """One deployment and route per scenario, ``fb-ok``, and the dynamic route that sends
-    each scenario's model to its route with ``fb-ok`` as fallback model."""
+def providers_yaml(
+    base_url: str, scenarios: list[str], timeout_ms: int, *, fallback_prefill: bool = False
+) -> str:
+    """One deployment and route per scenario and per fallback, and the dynamic route that
+    sends each scenario's model to its route with its fallback model."""
 
-    def provider(provider_id: str, model: str) -> dict[str, Any]:
-        url = f"{base_url}/{provider_id}/v1"
+    def provider(provider_id: str, model: str, plays: str, prefill: bool) -> dict[str, Any]:
         return {
             "id": provider_id,
-            "base_url": url,
+            "base_url": f"{base_url}/{plays}/v1",
             "timeout_ms": timeout_ms,
+            "prefill": prefill,
             "models": [{"name": model}],
         }
 
-    providers = [provider(s, s) for s in scenarios] + [provider(FALLBACK, "ok")]
-    routes = {s: {"providers": [s]} for s in [*scenarios, FALLBACK]}
+    fallbacks = sorted({fallback_of(s) for s in scenarios} | {FALLBACK})
+    providers = [provider(s, s, PRIMARY_PLAYS.get(s, s), False) for s in scenarios]
+    providers += [
+        provider(f, f.removeprefix("fb-"), f, fallback_prefill or f != FALLBACK) for f in fallbacks
+    ]
+    routes = {s: {"providers": [s]} for s in [*scenarios, *fallbacks]}
     nodes: dict[str, Any] = {}
     for index, scenario in enumerate(scenarios):
         following = f"is-{scenarios[index + 1]}" if index + 1 < len(scenarios) else "plain"
@@ -115,7 +140,7 @@ def providers_yaml(base_url: str, scenarios: list[str], timeout_ms: int) -> str:
         nodes[f"to-{scenario}"] = {
             "kind": "model",
             "target": scenario,
-            "fallback_models": [FALLBACK],
+            "fallback_models": [fallback_of(scenario)],
         }
     nodes["plain"] = {"kind": "model", "target": FALLBACK}
     graph = {"bind": [{"api_key": KEY_NAME}], "start": f"is-{scenarios[0]}", "nodes": nodes}
@@ -155,15 +180,23 @@ async def _bench(args: argparse.Namespace, scenarios: list[str]) -> dict[str, An
         processes.append(provider)
         async with httpx.AsyncClient(base_url=base_url) as control:
             await _wait_up(control, provider)
-            yaml_text = providers_yaml(base_url, scenarios, args.provider_timeout_ms)
+            yaml_text = providers_yaml(
+                base_url,
+                scenarios,
+                args.provider_timeout_ms,
+                fallback_prefill=args.fallback_prefill,
+            )
             (workdir / "stack").mkdir()
-            stack = EmbeddedStack(workdir=workdir / "stack", providers_yaml=yaml_text)
+            stack = EmbeddedStack(
+                workdir=workdir / "stack", providers_yaml=yaml_text, broker_kind=args.broker
+            )
             await stack.start(workers=1)
             gateway = await start_gateway(stack.gateway_settings(0))
             results = await _drive(args, scenarios, gateway.url, control)
             calls = (await control.get("/_faults/calls")).json()
         outcomes = await _outcomes(stack, {r.request_id for r in results})
         summary = _summary(args, scenarios, results, calls, outcomes)
+        summary["replay"] = await _replay(stack)
         summary["bench_s"] = round(time.monotonic() - began, 1)
         return summary
     finally:
@@ -268,6 +301,25 @@ async def _outcomes(
     return found
 
 
+async def _replay(stack: EmbeddedStack) -> dict[str, Any]:
+    """Replay the whole log under the stack's policy: decisions and answers re-derived."""
+    from app.audit.log import read_broker
+    from app.audit.replay import replay
+    from app.config import load_config
+    from app.routing.policy import Policy
+
+    log = await read_broker(stack.broker.bootstrap, stack.topics)
+    report = replay(log, Policy(config=load_config(stack.providers_file)), allow_pending=True)
+    return {
+        "ok": report.ok,
+        "decisions": report.recorded,
+        "reproduced": report.reproduced,
+        "responses": report.responses_recorded,
+        "responses_reproduced": report.responses_reproduced,
+        "mismatched": report.mismatched,
+    }
+
+
 def _summary(
     args: argparse.Namespace,
     scenarios: list[str],
@@ -277,9 +329,10 @@ def _summary(
 ) -> dict[str, Any]:
     counted = {(c["name"], c["key"]): c["calls"] for c in calls["calls"]}
     for result in results:
-        key = request_key(messages_for(result.scenario, result.request_id))
-        result.extra["calls_primary"] = counted.get((result.scenario, key), 0)
-        result.extra["calls_fallback"] = counted.get((FALLBACK, key), 0)
+        key = request_key(messages_for(result.request_id))
+        primary = PRIMARY_PLAYS.get(result.scenario, result.scenario)
+        result.extra["calls_primary"] = counted.get((primary, key), 0)
+        result.extra["calls_fallback"] = counted.get((fallback_of(result.scenario), key), 0)
         seen = sorted(outcomes.get(result.request_id, []), key=lambda o: o.get("attempt", 0))
         result.extra["outcomes"] = [
             {k: o.get(k) for k in ("attempt", "deployment", "status_class", "http_status", "final")}
@@ -300,6 +353,8 @@ def _summary(
             "client_timeout_s": args.timeout,
             "error_bound_s": args.error_bound_s,
             "provider_timeout_ms": args.provider_timeout_ms,
+            "fallback_prefill": args.fallback_prefill,
+            "broker": args.broker,
             "faults": vars(options),
         },
         "scenarios": summarise(scenarios, results, flapping_log, args.flap_s),

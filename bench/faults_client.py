@@ -62,15 +62,11 @@ class Result:
         return asdict(self)
 
 
-def messages_for(scenario: str, request_id: str) -> list[dict[str, Any]]:
-    """The prompt of one request (unique, so the provider counts its calls apart); the
-    ``rejects_prefill`` scenario ends with an assistant prefill."""
-    messages: list[dict[str, Any]] = [
+def messages_for(request_id: str) -> list[dict[str, Any]]:
+    """The prompt of one request (unique, so the provider counts its calls apart)."""
+    return [
         {"role": "user", "content": f"Fault bench request {request_id}: answer in sixty words."}
     ]
-    if scenario == "rejects_prefill":
-        messages.append({"role": "assistant", "content": "Here are the sixty words:"})
-    return messages
 
 
 def compare(result: Result, text: str, messages: list[dict[str, Any]]) -> None:
@@ -96,7 +92,7 @@ async def one_request(
     origin: float,
 ) -> Result:
     """Send the request ``result`` names, fill ``result`` with what came back."""
-    messages = messages_for(result.scenario, result.request_id)
+    messages = messages_for(result.request_id)
     started = time.monotonic()
     result.started_s = round(started - origin, 3)
     text: list[str] = []

@@ -5,9 +5,7 @@ verdict.
 A scenario is **good** when every request ended as it should: the canonical answer
 (``rescued``), except ``content_filter`` (a clean 400 error: no other model can help).
 ``context_length`` may be either: its fallback has the larger window, so the answer is
-best, and a clean 400 is what a route without such a model can give. ``rejects_prefill``
-counts as rescued only: its fallback takes the prefill, so a clean 400 is a rescue
-missed. It is **bad**
+best, and a clean 400 is what a route without such a model can give. It is **bad**
 when a client hung, got a wrong or cut answer with no error, a connection broken, or an
 error past the bound; **poor** otherwise (clean errors where a rescue was possible, or
 streams that ended with an error event).
@@ -73,7 +71,7 @@ def _row(results: list[Result]) -> dict[str, Any]:
     outcomes: Counter[str] = Counter()
     for result in results:
         for o in result.extra.get("outcomes", []):
-            who = "fb" if str(o.get("deployment", "")).startswith("fb-ok") else "primary"
+            who = "fb" if str(o.get("deployment", "")).startswith("fb-") else "primary"
             outcomes[f"{who} {o.get('status_class')}"] += 1
     return {
         "mode": results[0].mode if results else "",
@@ -127,9 +125,10 @@ def report(summary: dict[str, Any]) -> list[str]:
         f"{settings['provider_timeout_ms']} ms; slow first token "
         f"{faults['slow_first_token_s']:g} s, flapping {faults['flap_s']:g} s, "
         f"429 for the first {faults['rate_limited_calls']} calls; "
-        f"bench {summary.get('bench_s', '?')} s",
+        f"fallback prefill: {'yes' if settings.get('fallback_prefill') else 'no'}; "
+        f"broker {settings.get('broker', 'tansu')}; bench {summary.get('bench_s', '?')} s",
         "",
-        "| scenario | mode | client got | statuses | wall p50 / max s | calls primary / fb-ok "
+        "| scenario | mode | client got | statuses | wall p50 / max s | calls primary / fallback "
         "| attempt outcomes (llm.outcomes) | received vs canonical |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -139,6 +138,15 @@ def report(summary: dict[str, Any]) -> list[str]:
     lines += ["", "Verdicts:"]
     for entry in summary["scenarios"]:
         lines.append(_verdict_line(entry))
+    replayed = summary.get("replay")
+    if replayed:
+        lines += [
+            "",
+            f"Replay of the whole log: {replayed['reproduced']} / {replayed['decisions']} "
+            f"decisions and {replayed['responses_reproduced']} / {replayed['responses']} "
+            f"answers reproduced, {replayed['mismatched']} mismatched "
+            f"({'ok' if replayed['ok'] else 'FAILED'})",
+        ]
     return lines
 
 

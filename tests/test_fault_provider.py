@@ -20,7 +20,7 @@ from app.config import parse_config
 from app.route_graph import ModelNode
 from bench.fault_answer import BREAK_AT, TOKENS, canonical_text, canonical_tokens, request_key
 from bench.fault_provider import SCENARIOS, FaultOptions, FaultProvider, start
-from bench.faults import FALLBACK, KEY_NAME, providers_yaml
+from bench.faults import FALLBACK, KEY_NAME, fallback_of, providers_yaml
 
 MESSAGES = [{"role": "user", "content": "fault bench: request one"}]
 OTHER = [{"role": "user", "content": "fault bench: request two"}]
@@ -286,6 +286,22 @@ async def test_rejects_prefill_refuses_an_assistant_last_message_only(
     assert (await post(provider, "ok", PREFILL)).status_code == 200  # others accept prefill
 
 
+async def test_a_continuation_prefill_is_answered_with_the_rest_of_the_answer(
+    provider: Served,
+) -> None:
+    """A prefill that begins the canonical answer (a router continuing a broken stream)
+    gets what follows it, streamed and not; any other prefill is the request's own."""
+    text = canonical_text(MESSAGES)
+    begun = "".join(canonical_tokens(MESSAGES)[:BREAK_AT])
+    continued = [*MESSAGES, {"role": "assistant", "content": begun}]
+    json_body = (await post(provider, "fb-ok", continued)).json()
+    assert json_body["choices"][0]["message"]["content"] == text[len(begun) :]
+    assert content_of(await stream_lines(provider, "fb-ok", continued)) == text[len(begun) :]
+    own = (await post(provider, "ok", PREFILL)).json()
+    assert own["choices"][0]["message"]["content"] == canonical_text(PREFILL)
+    assert content_of(await stream_lines(provider, "ok", PREFILL)) == canonical_text(PREFILL)
+
+
 async def test_flapping_is_503_for_the_flap_time_after_the_start(provider: Served) -> None:
     assert (await post(provider, "flapping")).status_code == 503
     provider.fault.started = time.monotonic() - 61.0  # the flap time has passed
@@ -318,17 +334,32 @@ def test_every_scenario_is_known() -> None:
     assert len(SCENARIOS) == len(set(SCENARIOS)) == 16
 
 
-def test_the_bench_config_routes_each_scenario_with_the_fallback_model() -> None:
+def test_the_bench_config_routes_each_scenario_with_its_fallback_model() -> None:
     config = parse_config(
         yaml.safe_load(providers_yaml("http://127.0.0.1:9", list(SCENARIOS), 30_000))
     )
-    assert set(config.route_names()) == {*SCENARIOS, FALLBACK}
+    assert set(config.route_names()) == {*SCENARIOS, FALLBACK, "fb-rejects_prefill"}
     graph = config.dynamic_routes.graph_for(tenant=None, api_key=KEY_NAME)
     assert graph is not None
     for scenario in SCENARIOS:
         node = graph.nodes[f"to-{scenario}"]
         assert isinstance(node, ModelNode)
-        assert (node.target, node.fallback_models) == (scenario, [FALLBACK])
+        assert node.target == scenario
+        assert node.fallback_models == [fallback_of(scenario)]
         provider = config.provider_by_id[scenario]
-        assert provider.base_url == f"http://127.0.0.1:9/{scenario}/v1"
-    assert config.provider_by_id[FALLBACK].base_url == "http://127.0.0.1:9/fb-ok/v1"
+        plays = "stream_cut" if scenario == "rejects_prefill" else scenario
+        assert provider.base_url == f"http://127.0.0.1:9/{plays}/v1"
+        assert not provider.prefill
+    assert fallback_of("rejects_prefill") == "fb-rejects_prefill"
+    assert fallback_of("stream_cut") == FALLBACK
+    fallback = config.provider_by_id[FALLBACK]
+    assert (fallback.base_url, fallback.prefill) == ("http://127.0.0.1:9/fb-ok/v1", False)
+    refusing = config.provider_by_id["fb-rejects_prefill"]
+    # declared to take prefills, it refuses them: the continuation must learn it
+    assert refusing.base_url == "http://127.0.0.1:9/fb-rejects_prefill/v1"
+    assert refusing.prefill
+
+
+def test_fallback_prefill_declares_the_fallback_a_prefill_taker() -> None:
+    text = providers_yaml("http://127.0.0.1:9", ["stream_cut"], 30_000, fallback_prefill=True)
+    assert parse_config(yaml.safe_load(text)).provider_by_id[FALLBACK].prefill
