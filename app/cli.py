@@ -219,6 +219,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench.local_outage",
         "local-first with the local model up, stopped, started again: who answered, how fast",
     ),
+    "cluster": ("bench.cluster", "SIGKILL or pause one of 3 Kafka nodes under load: lost, ISR"),
 }
 
 
