@@ -47,9 +47,11 @@ from app.execution.call import CallResult, call_provider
 from app.execution.continuation import stream_on
 from app.execution.deltas import DeltaPublisher
 from app.execution.envelope import Sealed, seal
+from app.execution.guarded import guard_answer, rules_for
 from app.execution.http import make_client
 from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
 from app.execution.stream import stream_provider
+from app.guardrails import Rules, StreamScreen
 from app.routing.fold import LOST_ATTEMPT_GRACE_S
 from app.runtime import policy_holder
 
@@ -90,7 +92,8 @@ def too_late(dispatch: Dispatch, now: float) -> bool:
 async def run_dispatch(dispatch: Dispatch) -> None:
     """Call, publish the outcome and the feedback (and the answer when this is it)."""
     provider = _provider_of(dispatch)
-    sink = None if provider is None else _delta_publisher(dispatch, provider)
+    rules = _output_rules(dispatch)
+    sink = None if provider is None else _delta_publisher(dispatch, provider, rules)
     try:
         if too_late(dispatch, time.time()):
             result = deadline_passed()
@@ -100,7 +103,7 @@ async def run_dispatch(dispatch: Dispatch) -> None:
                 StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
             )
         else:
-            result = await _call_in_time(dispatch, provider, sink)
+            result = guard_answer(await _call_in_time(dispatch, provider, sink), rules)
         if provider is None:
             provider = _removed_provider(dispatch.decision.provider)
         sealed = _seal(dispatch, result, provider)
@@ -123,7 +126,16 @@ def _streams(dispatch: Dispatch, provider: ProviderConfig) -> bool:
     return wanted and dispatch.min_confidence is None
 
 
-def _delta_publisher(dispatch: Dispatch, provider: ProviderConfig) -> DeltaPublisher | None:
+def _output_rules(dispatch: Dispatch) -> Rules:
+    """The output guardrails of the decision's policy version for its route and tenant."""
+    holder = policy_holder()
+    policy = holder.version(dispatch.decision.policy_version) or holder.current
+    return rules_for(policy.config, dispatch.decision.route, dispatch.accepted.request.tenant)
+
+
+def _delta_publisher(
+    dispatch: Dispatch, provider: ProviderConfig, rules: Rules
+) -> DeltaPublisher | None:
     """The publisher of a ``stream: true`` request's deltas (None for any other call)."""
     request = dispatch.accepted.request
     if request.stream is not True or not _streams(dispatch, provider):
@@ -132,7 +144,8 @@ def _delta_publisher(dispatch: Dispatch, provider: ProviderConfig) -> DeltaPubli
     async def send(delta: StreamDelta) -> Awaitable[Any]:
         return await replies.send_delta(delta, request.reply_to)
 
-    return DeltaPublisher(dispatch, send, settings.stream_flush_interval_s)
+    screen = StreamScreen(rules) if rules else None
+    return DeltaPublisher(dispatch, send, settings.stream_flush_interval_s, screen)
 
 
 async def _end_stream(sink: DeltaPublisher | None, sealed: Sealed, *, before_publish: bool) -> None:

@@ -119,8 +119,12 @@ CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 #: ``content_filter``, or a 2xx whose finish reason is ``content_filter``): a final
 #: ``client_error``, neutral for the provider's health.
 CONTENT_POLICY_VIOLATION = "content_policy_violation"
-#: The first words of an outcome's error that name why the provider refused the request.
-REFUSAL_CODES = frozenset({CONTEXT_LENGTH_EXCEEDED, CONTENT_POLICY_VIOLATION})
+#: The error code (and first word of the outcome's error) of an answer an output
+#: guardrail blocked (app/guardrails/): a final ``client_error``, neutral for the
+#: provider's health; the error names the rule, never the text.
+OUTPUT_BLOCKED = "output_blocked"
+#: The first words of an outcome's error that name why the request was refused.
+REFUSAL_CODES = frozenset({CONTEXT_LENGTH_EXCEEDED, CONTENT_POLICY_VIOLATION, OUTPUT_BLOCKED})
 
 
 def refusal_code(error: str | None) -> str | None:
@@ -162,6 +166,8 @@ class Outcome(Envelope):
     #: The decision's context key (issue 10, ``Decision.context``), copied by the executor:
     #: the buckets this answer's cost and grade are learnt in.
     context: str | None = None
+    #: The output guardrails that fired on the answer, as ``name:action`` (never the text).
+    output_rules: list[str] = Field(default_factory=list)
 
 
 class AttemptFinished(Envelope):
@@ -334,6 +340,7 @@ __all__ = [
     "INTERNAL_EVENTS",
     "LABEL_SCORES",
     "MAX_GRADE_WEIGHT",
+    "OUTPUT_BLOCKED",
     "PUBLIC_EVENTS",
     "REFUSAL_CODES",
     "REQUEST_REFUSED",

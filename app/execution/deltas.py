@@ -19,6 +19,11 @@ given it as a prefill, its text continues that; restarting, its first text is he
 until it is known to begin with that, and only what follows is published (nothing, if
 it does not: the gateway then ends the client's stream with an error event).
 
+With output guardrails, text is published once it has passed them (redacted where a
+rule says so): the screen holds back the last few hundred characters until no rule can
+still change them, and once a rule blocks the answer nothing more of it is published
+(the call then ends ``failed``: the client's stream ends with an error event).
+
 A trailing UTF-16 high surrogate is held back until its other half comes; a lone half
 becomes U+FFFD. Sends that fail are logged by type only (never the text); the whole
 answer on ``llm.responses`` stays the record.
@@ -36,6 +41,7 @@ from typing import Any
 
 from app.events import Dispatch, StreamDelta, StreamEnd, delta_id
 from app.execution.pieces import whole_text
+from app.guardrails import StreamScreen
 
 log = logging.getLogger(__name__)
 #: Enqueue a delta for sending; returns what resolves once the broker has it.
@@ -45,7 +51,13 @@ Send = Callable[[StreamDelta], Awaitable[Awaitable[Any]]]
 class DeltaPublisher:
     """A :class:`app.execution.stream.DeltaSink` that publishes through ``send``."""
 
-    def __init__(self, dispatch: Dispatch, send: Send, interval_s: float) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        send: Send,
+        interval_s: float,
+        screen: StreamScreen | None = None,
+    ) -> None:
         decision = dispatch.decision
         self.request_id = decision.request_id
         self.attempt = decision.attempt
@@ -70,6 +82,9 @@ class DeltaPublisher:
         self._published_other = False
         #: A restarted answer that did not begin with the text the client has.
         self.diverged = False
+        #: The output guardrails' screen (app/guardrails/): text is published once it
+        #: has passed them, redacted; nothing more once one blocks.
+        self._screen = screen
 
     @property
     def started(self) -> bool:
@@ -96,6 +111,10 @@ class DeltaPublisher:
     ) -> None:
         if self._owed is not None or self.diverged:
             content, tool_calls, refusal = self._after_owed(content, tool_calls, refusal)
+            if not (content or tool_calls or refusal):
+                return
+        if self._screen is not None and content:
+            content = self._screen.feed(content)
             if not (content or tool_calls or refusal):
                 return
         if content:
@@ -137,6 +156,8 @@ class DeltaPublisher:
         delta. A call that published nothing publishes nothing (a stream with no piece of
         an answer, or a server that answered JSON: the whole answer is the record)."""
         await self._stop()
+        if self._screen is not None and end == "ok" and (rest := self._screen.finish()):
+            self._text.append(rest)
         if not self.started:
             return
         fields = {"end": end, "finish_reason": finish_reason, "usage": usage, "error": error}

@@ -57,6 +57,8 @@ class CallResult:
     first_token_ms: float | None = None
     #: A failed stream's text the client was given (published as deltas), to go on from.
     partial: str | None = None
+    #: The output guardrails that fired on the answer (``name:action``; app/guardrails/).
+    output_rules: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- the deadline
@@ -188,6 +190,7 @@ def build_outcome(
         confidence=result.confidence,
         first_token_ms=result.first_token_ms,
         context=decision.context,
+        output_rules=list(result.output_rules),
     )
 
 
