@@ -46,8 +46,17 @@ async def test_a_dispatch_past_saving_is_reported_expired_without_a_call(
 
     monkeypatch.setattr(executor, "_publish", publish)
     monkeypatch.setattr(executor, "_call_in_time", no_call)
-    providers = policy().config.provider_by_id
-    holder = type("H", (), {"provider": staticmethod(lambda pid, _version: providers.get(pid))})
+    known = policy()
+    providers = known.config.provider_by_id
+    holder = type(
+        "H",
+        (),
+        {
+            "provider": staticmethod(lambda pid, _version: providers.get(pid)),
+            "version": staticmethod(lambda _version: known),
+            "current": known,
+        },
+    )
     monkeypatch.setattr(executor, "policy_holder", lambda: holder)
     await executor.run_dispatch(dispatch_at(T0))  # deadline: 2023
     (sealed,) = published
