@@ -149,7 +149,8 @@ def test_a_pin_cannot_escape_the_provider_lists(
 def test_constraints_that_leave_nothing_are_refused_naming_them() -> None:
     run = fold([request("n1", "hello", tenant="solo", provider={"ignore": ["groq-x"]})], POLICY)
     (response,) = run.responses
-    assert response.error is not None and response.error.code == "no_candidate"
+    assert response.error is not None
+    assert (response.error.code, response.error.http_status) == ("deployment_not_allowed", 403)
     assert "provider_ignored" in response.error.message
 
 

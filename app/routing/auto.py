@@ -39,7 +39,7 @@ from app.config_auto import AUTO_MODEL, AutoConfig
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing import context, estimates
 from app.routing.auto_classify import Classification, classify
-from app.routing.candidates import CandidatePlan, provider_lists
+from app.routing.candidates import LIST_RULES, CandidatePlan, not_allowed, provider_lists
 from app.routing.policy import Arm, Policy
 from app.routing.select import Selection
 from app.routing.state import RouteState
@@ -90,12 +90,12 @@ def plan(
     kept, excluded = _eligible(accepted, policy, config, domain, tried)
     if not kept:
         reasons = ", ".join(f"{e.deployment}: {e.reason}" for e in excluded) or "none"
+        message = f"no model of route {accepted.route!r} meets its auto rules ({reasons})"
         error = ErrorBody(
-            type="invalid_request",
-            message=f"no model of route {accepted.route!r} meets its auto rules ({reasons})",
-            code="no_candidate",
-            http_status=400,
+            type="invalid_request", message=message, code="no_candidate", http_status=400
         )
+        if excluded and all(e.reason in LIST_RULES for e in excluded):
+            error = not_allowed(message)  # the provider lists alone left nothing
         return CandidatePlan([], excluded, "auto", domain, mode, refusal=error)
     found = classify(accepted)
     chain = _chain(accepted, policy)

@@ -30,6 +30,9 @@ from app.understanding.domains import DomainCandidates, domain_candidates, is_ge
 from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, parse_mode
 
 NO_TENANT_POLICY = TenantPolicy()
+#: The rules of the provider lists, and the code of a request they leave nothing.
+LIST_RULES = frozenset({"provider_not_in_only", "provider_ignored"})
+NOT_ALLOWED = "deployment_not_allowed"
 #: A route that has seen nothing yet (every deployment closed and idle).
 NO_STATE = RouteState()
 
@@ -93,6 +96,13 @@ def _merged_lists(preset: ProviderLists, accepted: RequestAccepted) -> ProviderL
     )
 
 
+def not_allowed(message: str) -> ErrorBody:
+    """The 403 of a request the provider lists (the tenant's preset, the request's own)
+    leave no deployment: a pin they leave out, a route or a model none of whose
+    deployments they allow (a dynamic route's fallback model is tried next)."""
+    return ErrorBody(type="invalid_request", message=message, code=NOT_ALLOWED, http_status=403)
+
+
 def _refused(message: str, code: str, mode: ModeChoice) -> CandidatePlan:
     error = ErrorBody(type="invalid_request", message=message, code=code, http_status=400)
     return CandidatePlan([], [], "refused", None, mode, refusal=error)
@@ -113,11 +123,8 @@ def _pinned(
     elif provider_id in lists.ignore:
         left_out = "provider_ignored"
     if left_out is not None:
-        error = ErrorBody(
-            type="invalid_request",
-            message=f"model {accepted.pinned!r} is not allowed for this request ({left_out})",
-            code="deployment_not_allowed",
-            http_status=403,
+        error = not_allowed(
+            f"model {accepted.pinned!r} is not allowed for this request ({left_out})"
         )
         excluded = [Exclusion(deployment=accepted.pinned or "", reason=left_out)]
         return CandidatePlan([], excluded, "pinned", None, mode, refusal=error)
@@ -302,9 +309,10 @@ def plan_candidates(
         arms.sort(key=lambda arm: rank.get(arm.provider.id, len(rank)))
     if not arms:
         rules = ", ".join(f"{e.deployment}: {e.reason}" for e in excluded) or "route has none"
-        return _refused(
-            f"the request's constraints leave no provider ({rules})", "no_candidate", mode
-        )
+        message = f"the request's constraints leave no provider ({rules})"
+        if any(e.reason in LIST_RULES for e in excluded):  # the lists left no cloud one
+            return CandidatePlan([], excluded, "refused", None, mode, refusal=not_allowed(message))
+        return _refused(message, "no_candidate", mode)
     sort = accepted.request.provider.sort if accepted.request.provider else None
     if sort is not None:  # tried in that order, the first that can take it now
         arms.sort(key=lambda arm: _sort_key(sort, arm, state))

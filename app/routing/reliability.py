@@ -76,9 +76,15 @@ PROVIDER_RESULT_TYPES = frozenset(status.value for status in StatusClass)
 
 
 #: Error codes that say this model cannot serve the request, where another may: its
-#: context window, its capabilities, the request's data and price rules.
+#: context window, its capabilities, the request's data and price rules, its tenant's
+#: and its own provider lists.
 MODEL_MISMATCHES = frozenset(
-    {CONTEXT_LENGTH_EXCEEDED, "no_capable_deployment", "no_deployment_allowed"}
+    {
+        CONTEXT_LENGTH_EXCEEDED,
+        "no_capable_deployment",
+        "no_deployment_allowed",
+        "deployment_not_allowed",
+    }
 )
 
 
@@ -87,8 +93,8 @@ def moves_on(error_type: str, http_status: int | None, code: str | None = None) 
     result (429, 5xx of the seed's list, timeouts, connection errors, broken or cut
     streams, with or without an HTTP status), a route that had no deployment left to
     try (503), or a model that cannot serve the request (its context window, its
-    capabilities, the request's data and price rules). Another client error, a
-    content-policy refusal or a passed deadline is not."""
+    capabilities, the request's data and price rules, the provider lists). Another
+    client error, a content-policy refusal or a passed deadline is not."""
     if code in MODEL_MISMATCHES:
         return True
     if error_type in PROVIDER_RESULT_TYPES:
