@@ -35,7 +35,7 @@ from agents.app import (
 )
 from agents.judge import read_judgement, request_judgement
 from app import metrics
-from app.config import ModelSpec, ProviderConfig
+from app.config import Guardrails, ModelSpec, ProviderConfig
 from app.events import (
     ChatRequest,
     Dispatch,
@@ -47,11 +47,11 @@ from app.execution.call import CallResult, call_provider
 from app.execution.continuation import stream_on
 from app.execution.deltas import DeltaPublisher
 from app.execution.envelope import Sealed, seal
-from app.execution.guarded import guard_answer, rules_for
+from app.execution.guarded import guard_answer
 from app.execution.http import make_client
 from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
 from app.execution.stream import stream_provider
-from app.guardrails import Rules, StreamScreen
+from app.guardrails import Rules, StreamScreen, redact_messages, rules_for
 from app.routing.fold import LOST_ATTEMPT_GRACE_S
 from app.runtime import policy_holder
 
@@ -126,11 +126,24 @@ def _streams(dispatch: Dispatch, provider: ProviderConfig) -> bool:
     return wanted and dispatch.min_confidence is None
 
 
-def _output_rules(dispatch: Dispatch) -> Rules:
-    """The output guardrails of the decision's policy version for its route and tenant."""
+def _guardrails(dispatch: Dispatch) -> Guardrails:
+    """The guardrails of the decision's policy version."""
     holder = policy_holder()
     policy = holder.version(dispatch.decision.policy_version) or holder.current
-    return rules_for(policy.config, dispatch.decision.route, dispatch.accepted.request.tenant)
+    return policy.config.guardrails
+
+
+def _output_rules(dispatch: Dispatch) -> Rules:
+    """The output rules for the decision's route and the request's tenant."""
+    rules = _guardrails(dispatch).output
+    return rules_for(rules, dispatch.decision.route, dispatch.accepted.request.tenant)
+
+
+def _sent_request(dispatch: Dispatch) -> ChatRequest:
+    """The request as the provider is sent it: its messages redacted by the input rules."""
+    request = dispatch.accepted.request
+    rules = rules_for(_guardrails(dispatch).input, dispatch.decision.route, request.tenant)
+    return redact_messages(request, rules)
 
 
 def _delta_publisher(
@@ -209,8 +222,8 @@ async def _call(
     dispatch: Dispatch, provider: ProviderConfig, budget: float, sink: DeltaPublisher | None
 ) -> CallResult:
     decision = dispatch.decision
+    request = _sent_request(dispatch)
     if _streams(dispatch, provider):
-        request = dispatch.accepted.request
 
         async def stream(asked: ChatRequest, within_s: float) -> CallResult:
             return await stream_provider(
@@ -227,7 +240,7 @@ async def _call(
         shared_client(),
         provider,
         decision.model,
-        dispatch.accepted.request,
+        request,
         budget,
         logprobs=dispatch.min_confidence is not None,
     )

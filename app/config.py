@@ -281,12 +281,12 @@ class TenantPolicy(ProviderLists):
     cost_target_usd: float | None = Field(default=None, gt=0.0)
 
 
-class OutputGuardrail(BaseModel):
-    """A rule on the answers (app/guardrails/): what it looks for — built-in detectors of
-    personal data and secrets, keywords (whole words, any case), regular expressions
-    (each match at most 256 characters) — and what it does: ``block`` the answer,
-    ``redact`` what it found, or ``flag`` it in the outcome. Scoped to ``routes`` and
-    ``tenants`` when given (None: all)."""
+class GuardrailRule(BaseModel):
+    """A rule on the requests' or the answers' text (app/guardrails/): what it looks for —
+    built-in detectors of personal data and secrets, keywords (whole words, any case),
+    regular expressions (each match at most 256 characters) — and what it does:
+    ``block`` the request or the answer, ``redact`` what it found, or ``flag`` it.
+    Scoped to ``routes`` and ``tenants`` when given (None: all)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -301,13 +301,13 @@ class OutputGuardrail(BaseModel):
     tenants: list[str] | None = None
 
     @model_validator(mode="after")
-    def _looks_for_something(self) -> OutputGuardrail:
+    def _looks_for_something(self) -> GuardrailRule:
         if not (self.detect or self.keywords or self.patterns):
-            raise ValueError(f"output guardrail {self.name!r}: detect, keywords or patterns")
+            raise ValueError(f"guardrail {self.name!r}: detect, keywords or patterns")
         for pattern in self.patterns:
             check_pattern(pattern)
         if any(not keyword.split() for keyword in self.keywords):
-            raise ValueError(f"output guardrail {self.name!r}: an empty keyword")
+            raise ValueError(f"guardrail {self.name!r}: an empty keyword")
         return self
 
 
@@ -316,14 +316,18 @@ class Guardrails(BaseModel):
 
     #: Requests containing one of these words are refused without a provider call.
     forbidden_keywords: list[str] = Field(default_factory=list)
+    #: Rules on the requests' messages: a block refuses the request before any provider
+    #: call, a redaction rewrites what the provider is sent (app/guardrails/).
+    input: list[GuardrailRule] = Field(default_factory=list)
     #: Rules on the answers, applied by the executor in this order (app/guardrails/).
-    output: list[OutputGuardrail] = Field(default_factory=list)
+    output: list[GuardrailRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _names_once(self) -> Guardrails:
-        names = [rule.name for rule in self.output]
-        if len(names) != len(set(names)):
-            raise ValueError("output guardrails: each name once")
+        for side, rules in (("input", self.input), ("output", self.output)):
+            names = [rule.name for rule in rules]
+            if len(names) != len(set(names)):
+                raise ValueError(f"{side} guardrails: each name once")
         return self
 
 

@@ -74,6 +74,10 @@ class RequestAccepted(Envelope):
     model_error: str | None = None
     #: The forbidden keyword the request contains, when it does.
     guardrail: str | None = None
+    #: The input rules that fired on the messages (``name:action``; app/guardrails/),
+    #: and the one that blocks the request, when one does. Rule names only.
+    input_rules: list[str] = Field(default_factory=list)
+    input_blocked: str | None = None
     #: When ingest forwarded it (its wall clock); ``occurred_at`` is when it was published.
     #: They differ for a backlog (a worker was down): the router's clock then follows
     #: ingest, so a request whose deadline passed in the log is answered without a call.

@@ -37,6 +37,7 @@ from app.events import (
     Response,
     derived_id,
 )
+from app.guardrails import rules_for, screen_messages
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
 from app.understanding.features import extract_features
 from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
@@ -200,6 +201,7 @@ def accept(
         return dead_letter("unknown_route", detail, raw, source, when, deadletter_max_bytes)
     text = prompt_text(request)
     hit = check_request(request, _keyword_rules(tuple(config.guardrails.forbidden_keywords)))
+    screened = screen_messages(request, rules_for(config.guardrails.input, route, request.tenant))
     return RequestAccepted(
         id=derived_id("accepted", request.request_id),
         occurred_at=when,
@@ -213,6 +215,8 @@ def accept(
         suffix=ref.suffix,
         model_error=ref.error,
         guardrail=hit.keyword if hit else None,
+        input_rules=list(screened.fired),
+        input_blocked=screened.blocked,
         prefix_sha256=prefix_sha256(request),
     )
 

@@ -15,31 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from app.config import OutputGuardrail, RoutingConfig
 from app.events import OUTPUT_BLOCKED, StatusClass
 from app.execution.outcome import CallResult
-from app.guardrails import Rules, compile_rules, screen
-
-_compiled: dict[tuple[int, str, str | None], Rules] = {}
-
-
-def rules_for(config: RoutingConfig, route: str, tenant: str | None) -> Rules:
-    """The output rules of ``config`` that apply to a request of ``route`` and ``tenant``,
-    in their configured order (compiled once per config, route and tenant)."""
-    key = (id(config), route, tenant)
-    found = _compiled.get(key)
-    if found is None:
-        found = compile_rules(r for r in config.guardrails.output if _applies(r, route, tenant))
-        if len(_compiled) > 4096:
-            _compiled.clear()
-        _compiled[key] = found
-    return found
-
-
-def _applies(rule: OutputGuardrail, route: str, tenant: str | None) -> bool:
-    return (rule.routes is None or route in rule.routes) and (
-        rule.tenants is None or tenant in rule.tenants
-    )
+from app.guardrails import Rules, screen
 
 
 def guard_answer(result: CallResult, rules: Rules) -> CallResult:

@@ -32,6 +32,10 @@ class RuleSpec(Protocol):
     def keywords(self) -> Sequence[str]: ...
     @property
     def patterns(self) -> Sequence[str]: ...
+    @property
+    def routes(self) -> Sequence[str] | None: ...
+    @property
+    def tenants(self) -> Sequence[str] | None: ...
 
 
 def check_pattern(pattern: str) -> re.Pattern[str]:
@@ -78,6 +82,28 @@ class Rules:
 
     def __bool__(self) -> bool:
         return bool(self.rules)
+
+
+_compiled: dict[tuple[int, str, str | None], tuple[Sequence[RuleSpec], Rules]] = {}
+
+
+def rules_for(specs: Sequence[RuleSpec], route: str, tenant: str | None) -> Rules:
+    """The rules of ``specs`` that apply to a request of ``route`` and ``tenant``, in
+    their configured order (compiled once per list, route and tenant)."""
+    key = (id(specs), route, tenant)
+    cached = _compiled.get(key)
+    if cached is not None and cached[0] is specs:
+        return cached[1]
+    rules = compile_rules(
+        spec
+        for spec in specs
+        if (spec.routes is None or route in spec.routes)
+        and (spec.tenants is None or tenant in spec.tenants)
+    )
+    if len(_compiled) > 4096:
+        _compiled.clear()
+    _compiled[key] = (specs, rules)  # the list kept alive: its id is not reused
+    return rules
 
 
 def compile_rules(specs: Iterable[RuleSpec]) -> Rules:

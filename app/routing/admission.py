@@ -78,6 +78,14 @@ def _admit(
             http_status=400,
         )
         return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
+    if accepted.input_blocked is not None:
+        error = ErrorBody(
+            type="guardrail",
+            message=f"refused: the request was blocked by input rule {accepted.input_blocked!r}",
+            code="input_blocked",
+            http_status=400,
+        )
+        return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
     limit = tenant_policy(accepted, policy).rate_limit
     tenant = accepted.request.tenant
     if limit is not None and tenant is not None:

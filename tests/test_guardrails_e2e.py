@@ -1,9 +1,10 @@
-"""Output guardrails end to end: the official ``openai`` SDK through the gateway and the
+"""Guardrails on text end to end: the official ``openai`` SDK through the gateway and the
 embedded stack, from a provider whose answers hold a card number and an e-mail address,
 or a secret keyword. Streamed and not, the client reads the answer redacted; a blocked
 answer ends with a clear error naming the rule (a stream: after the text released
 before it), never with the blocked text; the outcome records the rules that fired and
-no topic holds the card number."""
+no topic holds the card number. The provider is sent a prompt's card number redacted,
+and a prompt an input rule blocks is refused with a 400 naming the rule."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.broker
 KEY = "sk-test-guardrails-" + "g" * 20
 CARD = "4111 1111 1111 1111"
 FILLER = " ".join(["the", "answer", "goes", "on"] * 30)
+#: The user messages the provider was sent.
+SEEN: list[str] = []
 ANSWERS = {
     "pii": f"{FILLER} Pay with card {CARD} and write to jane.doe@example.org today. {FILLER}",
     "secret": f"{FILLER} {FILLER} It is about Project Nightingale, you know. {FILLER}",
@@ -49,6 +52,7 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> byte
 async def _answer(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     model = str(body["model"])
+    SEEN.extend(str(m.get("content")) for m in body["messages"] if m.get("role") == "user")
     text = ANSWERS[model]
     usage = {"prompt_tokens": 5, "completion_tokens": 50, "total_tokens": 55}
     if body.get("stream") is not True:
@@ -78,6 +82,10 @@ def _config(base_url: str) -> str:
         "routes": {model: {"providers": [model]} for model in ANSWERS},
         "default_route": "pii",
         "guardrails": {
+            "input": [
+                {"name": "cards-in", "action": "redact", "detect": ["card_number"]},
+                {"name": "topic", "action": "block", "keywords": ["forbidden topic"]},
+            ],
             "output": [
                 {"name": "pii", "action": "redact", "detect": ["card_number", "email"]},
                 {"name": "nightingale", "action": "block", "keywords": ["project nightingale"],
@@ -174,3 +182,21 @@ async def test_a_blocked_answer_ends_with_an_error_naming_the_rule_not_the_text(
     body = whole.value.body if isinstance(whole.value.body, dict) else {}
     assert body.get("code") == "output_blocked"
     assert "Project Nightingale" not in str(body)
+
+
+async def test_the_provider_is_sent_a_prompt_redacted_and_a_blocked_prompt_is_refused(
+    env: Env,
+) -> None:
+    client = env.client()
+    marker = uuid.uuid4().hex
+    await client.chat.completions.create(
+        model="pii", messages=[{"role": "user", "content": f"{marker} my card is {CARD}"}]
+    )
+    assert f"{marker} my card is [REDACTED:card_number]" in SEEN
+    assert not any(CARD in seen for seen in SEEN)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(
+            model="pii", messages=[{"role": "user", "content": "tell me the Forbidden  Topic"}]
+        )
+    body = refused.value.body if isinstance(refused.value.body, dict) else {}
+    assert body.get("code") == "input_blocked" and "'topic'" in str(body.get("message"))

@@ -6,6 +6,7 @@ blocked answer's text."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
@@ -13,10 +14,10 @@ import pytest
 from factories import accepted, fold, policy, provider
 from pydantic import ValidationError
 
-from app.config import Guardrails, OutputGuardrail, parse_config
+from app.config import GuardrailRule, Guardrails, parse_config
 from app.events import OUTPUT_BLOCKED, StatusClass, StreamDelta, refusal_code
 from app.execution.deltas import DeltaPublisher
-from app.execution.guarded import guard_answer, rules_for
+from app.execution.guarded import guard_answer
 from app.execution.outcome import CallResult
 from app.guardrails import (
     HOLD,
@@ -25,7 +26,10 @@ from app.guardrails import (
     compile_rules,
     iban_valid,
     luhn_valid,
+    redact_messages,
+    rules_for,
     screen,
+    screen_messages,
 )
 
 CARD = "4111 1111 1111 1111"
@@ -35,8 +39,8 @@ PHONE = "+33 6 12 34 56 78"
 KEY = "sk-proj-" + "a1B2c3D4" * 4
 
 
-def rule(name: str, action: str, **fields: Any) -> OutputGuardrail:
-    return OutputGuardrail.model_validate({"name": name, "action": action, **fields})
+def rule(name: str, action: str, **fields: Any) -> GuardrailRule:
+    return GuardrailRule.model_validate({"name": name, "action": action, **fields})
 
 
 PII = rule("pii", "redact", detect=["email", "phone", "card_number", "iban", "api_key"])
@@ -184,7 +188,8 @@ def test_rules_apply_to_their_routes_and_tenants() -> None:
         },
         env={},
     )
-    names = lambda route, tenant: [r.name for r in rules_for(config, route, tenant).rules]  # noqa: E731
+    rules = config.guardrails.output
+    names = lambda route, tenant: [r.name for r in rules_for(rules, route, tenant).rules]  # noqa: E731
     assert names("chat", None) == []
     assert names("code", None) == ["a"]
     assert names("chat", "acme") == ["b"]
@@ -223,3 +228,86 @@ async def test_the_delta_publisher_sends_screened_text_and_nothing_of_a_blocked_
     await publisher.finish("failed", error="output_blocked")
     received = "".join(d.content or "" for d in sent)
     assert "nightingale" not in received and received.startswith("lorem")
+
+
+def test_input_rules_redact_the_messages_and_name_the_blocking_rule() -> None:
+    from app.events import ChatRequest
+
+    request = ChatRequest.model_validate(
+        {
+            "request_id": "i1",
+            "messages": [
+                {"role": "system", "content": "You answer briefly."},
+                {"role": "user", "content": [{"type": "text", "text": f"my card is {CARD}"}]},
+                {"role": "user", "content": f"mail {EMAIL}"},
+            ],
+        }
+    )
+    rules = compile_rules([PII, SECRET])
+    redacted = redact_messages(request, rules)
+    assert redacted.messages[0] is request.messages[0]
+    assert redacted.messages[1].content == [
+        {"type": "text", "text": "my card is [REDACTED:card_number]"}
+    ]
+    assert redacted.messages[2].content == "mail [REDACTED:email]"
+    assert screen_messages(request, rules).fired == ("pii:redact",)
+    assert redact_messages(request, compile_rules([SECRET])) is request
+    secret = request.model_copy(update={"messages": [*request.messages, *redacted.messages[:0]]})
+    assert screen_messages(secret, rules).blocked is None
+    split = ChatRequest.model_validate(
+        {
+            "request_id": "i2",
+            "messages": [
+                {"role": "user", "content": "project"},
+                {"role": "user", "content": "nightingale"},
+            ],
+        }
+    )
+    assert screen_messages(split, rules).blocked is None  # a find never spans messages
+    joined = split.model_copy(
+        update={
+            "messages": [split.messages[0].model_copy(update={"content": "Project Nightingale?"})]
+        }
+    )
+    blocked = screen_messages(joined, rules)
+    assert blocked.blocked == "secret" and blocked.fired == ("secret:block",)
+
+
+def test_ingest_records_the_input_rules_and_the_fold_refuses_a_blocked_request() -> None:
+    from app.events import LogPosition
+    from app.ingest import accept
+    from app.routing.fold import at
+
+    config = parse_config(
+        {
+            "providers": [{"id": "p", "base_url": "https://p.test/v1", "models": [{"name": "m"}]}],
+            "routes": {"chat": {"providers": ["p"]}},
+            "guardrails": {
+                "input": [
+                    {"name": "pii", "action": "redact", "detect": ["card_number"]},
+                    {"name": "secret", "action": "block", "keywords": ["project nightingale"]},
+                ]
+            },
+        },
+        env={},
+    )
+    where = LogPosition(topic="llm.requests", partition=0, offset=0)
+
+    def accepted_of(request_id: str, text: str) -> Any:
+        message = {"role": "user", "content": text}
+        raw = json.dumps({"request_id": request_id, "messages": [message]}).encode()
+        return accept(raw, where, at(0.0), config, max_request_bytes=10**6, deadletter_max_bytes=64)
+
+    card = accepted_of("a1", f"pay {CARD}")
+    assert (card.input_rules, card.input_blocked) == (["pii:redact"], None)
+    assert card.request.messages[0].content == f"pay {CARD}"  # the log keeps the request
+    refused = accepted_of("a2", "about project nightingale")
+    assert (refused.input_rules, refused.input_blocked) == (["secret:block"], "secret")
+    from app.routing.policy import Policy
+    from app.settings import RoutingParams
+
+    run = fold([refused], Policy(config, RoutingParams()))
+    assert run.dispatches == []
+    (response,) = run.responses
+    assert response.error is not None and response.error.code == "input_blocked"
+    assert "'secret'" in response.error.message and "nightingale" not in response.error.message
