@@ -15,8 +15,11 @@ request on ``llm.requests`` (routed, recorded, billed and replayable like any ot
   ``metadata`` = ``{"purpose": "judge", "parent_request_id": ...}``, temperature 0, and
   two messages: the rubric with the reply format (a system message starting with
   :data:`JUDGE_MARKER`), then the question (the text of the parent's messages, by role)
-  and the answer (the text of its first choice). Nothing else of the parent goes
-  along: no tenant, session, metadata, provider lists, tool calls or usage;
+  and the answer (the text of its first choice). The parent's tenant and data rules
+  (``provider.regions``, ``zdr``, ``data_collection``) go along: the judge reads the
+  parent's data, so the same rules bind it, and a judge deployment they forbid is
+  refused (the answer is then not graded). Nothing else of the parent goes along: no
+  session, metadata, provider lists, tool calls or usage;
 * **the score** (:func:`parse_score`): the judge's reply must hold exactly one line
   ``SCORE: <number>`` with the number in [0, 1]; anything else is no score. A judge
   answer becomes a ``Feedback`` (``source: judge``, ``feedback_id`` derived from the
@@ -31,7 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config import JudgeConfig, RoutingConfig
-from app.events import ChatMessage, ChatRequest, Feedback, Response, derived_id
+from app.events import (
+    ChatMessage,
+    ChatRequest,
+    Feedback,
+    ProviderPreferences,
+    Response,
+    derived_id,
+)
 from app.routing.bandit import seeded_rng
 
 #: Request ids of judge requests start with this; the rest is the parent's id.
@@ -111,7 +121,7 @@ def plan_judgement(
     if len(question) + len(answer) > MAX_JUDGE_TEXT_CHARS:
         return JudgePlan("too_large")
     messages = judge_messages(judge.rubric, question, answer)
-    return JudgePlan("requested", build_request(judge, request_id, request.request_id, messages))
+    return JudgePlan("requested", build_request(judge, request_id, request, messages))
 
 
 def judge_messages(rubric: str, question: str, answer: str) -> list[ChatMessage]:
@@ -121,14 +131,24 @@ def judge_messages(rubric: str, question: str, answer: str) -> list[ChatMessage]
 
 
 def build_request(
-    judge: JudgeConfig, request_id: str, parent_id: str, messages: list[ChatMessage]
+    judge: JudgeConfig, request_id: str, parent: ChatRequest, messages: list[ChatMessage]
 ) -> ChatRequest:
+    asked = parent.provider
+    rules = None
+    if asked is not None and (
+        asked.regions is not None or asked.zdr or asked.data_collection != "allow"
+    ):
+        rules = ProviderPreferences(
+            regions=asked.regions, zdr=asked.zdr, data_collection=asked.data_collection
+        )
     return ChatRequest(
         request_id=request_id,
         model=judge.deployment,
         messages=messages,
         temperature=0.0,
-        metadata={"purpose": PURPOSE, "parent_request_id": parent_id},
+        metadata={"purpose": PURPOSE, "parent_request_id": parent.request_id},
+        tenant=parent.tenant,
+        provider=rules,
     )
 
 

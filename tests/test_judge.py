@@ -163,6 +163,19 @@ def test_judge_requests_are_never_judged() -> None:
 # --------------------------------------------------------------------------- the judge request
 
 
+def test_the_judge_request_carries_the_parents_data_rules_only() -> None:
+    parent = request(
+        "r-8",
+        provider={"only": ["cheap"], "regions": ["eu"], "zdr": True, "data_collection": "deny"},
+    )
+    plan = plan_judgement(judge(), parent, "cheap:m", completion("It is 4."))
+    assert plan.request is not None and plan.request.provider is not None
+    rules = plan.request.provider.model_dump(exclude_defaults=True)
+    assert rules == {"regions": ["eu"], "zdr": True, "data_collection": "deny"}
+    plain = plan_judgement(judge(), request("r-9"), "cheap:m", completion("It is 4."))
+    assert plain.request is not None and plain.request.provider is None
+
+
 def test_the_judge_request_is_pinned_derived_and_carries_no_more_than_needed() -> None:
     parent = request(
         "r-7",
@@ -186,7 +199,9 @@ def test_the_judge_request_is_pinned_derived_and_carries_no_more_than_needed() -
     sent = json.loads(plan.request.model_dump_json(exclude_none=True))
     assert sent["request_id"] == "judge-r-7" and sent["model"] == JUDGE
     assert sent["metadata"] == {"purpose": "judge", "parent_request_id": "r-7"}
-    assert set(sent) == {"request_id", "messages", "model", "temperature", "metadata"}
+    # The parent's tenant goes along: its preset and data rules bind the judge too.
+    assert set(sent) == {"request_id", "messages", "model", "temperature", "metadata", "tenant"}
+    assert sent["tenant"] == "acme"
     system, user = sent["messages"]
     assert system["role"] == "system" and system["content"].startswith(JUDGE_MARKER)
     assert RUBRIC in system["content"] and "SCORE:" in system["content"]
@@ -196,7 +211,6 @@ def test_the_judge_request_is_pinned_derived_and_carries_no_more_than_needed() -
     }
     text = json.dumps(sent)
     for leak in (
-        "acme",
         "sess-SECRET",
         "alice",
         "IMAGE",
