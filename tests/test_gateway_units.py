@@ -37,6 +37,8 @@ def _error(
         (_error("no_deployment_available", "no_candidate", 503), 503, None),
         (_error("no_deployment_available", "exhausted", 503), 503, None),
         (_error("invalid_request", "no_candidate", 400), 400, "false"),
+        (_error("invalid_request", "deployment_not_allowed", 403), 403, "false"),
+        (_error("invalid_request", "unknown_deployment", 500), 400, "false"),
         (_error("response_too_large", "response_too_large", 502), 502, "false"),
         (_error("server_error", "exhausted", 500), 502, None),
         (_error("rate_limited", "exhausted", 429), 429, None),

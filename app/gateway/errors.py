@@ -104,8 +104,9 @@ def from_error_body(error: ErrorBody | None) -> GatewayError:
         return past_deadline(message, code)
     if error.type == "no_deployment_available":
         return GatewayError(503, message, code)
-    if error.type == "invalid_request":
-        return GatewayError(400, message, code, should_retry=False)
+    if error.type == "invalid_request":  # 403 for a rule that forbids every deployment
+        status = error.http_status if error.http_status in (400, 403, 404, 422) else 400
+        return GatewayError(status, message, code, should_retry=False)
     return _provider_error(error, code)
 
 
