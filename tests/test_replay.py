@@ -149,7 +149,11 @@ def test_missing_and_forged_decisions_are_reported(recorded: RecordedLog) -> Non
 def test_outputs_a_live_router_has_not_published_yet_are_pending(recorded: RecordedLog) -> None:
     cut = recorded.routing[-30].offset  # the router has not processed the last 30 events
     again = rederive(recorded.routing, three())
-    late = {r.id for r in [*again.decisions, *again.responses] if again.origin[id(r)][1] >= cut}
+    made = [
+        *zip(again.decisions, again.decision_origins, strict=True),
+        *zip(again.responses, again.response_origins, strict=True),
+    ]
+    late = {r.id for r, (_, offset) in made if offset >= cut}
     decisions = [e for e in recorded.decisions if e.event and e.event.id not in late]
     responses = [e for e in recorded.responses if e.event and e.event.id not in late]
     log = RecordedLog(recorded.source, recorded.routing, decisions, [], responses)

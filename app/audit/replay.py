@@ -39,6 +39,8 @@ from app.routing.policy import Policy
 from app.routing.state import RouteState
 
 R = TypeVar("R", Decision, Response)
+#: (partition, offset) of a routing-log event.
+Origin = tuple[int, int]
 __all__ = ["Mismatch", "Rederived", "ReplayReport", "diff", "rederive", "render", "replay"]
 
 
@@ -56,8 +58,10 @@ class Rederived:
     unreadable: int = 0
     #: Records whose fold raised (the live router dead-letters them and goes on).
     errors: list[str] = field(default_factory=list)
-    #: ``id()`` of each decision and response -> (partition, offset) of the event that made it.
-    origin: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: (partition, offset) of the event that made each decision and each response, in
+    #: step with ``decisions`` and ``responses``.
+    decision_origins: list[Origin] = field(default_factory=list)
+    response_origins: list[Origin] = field(default_factory=list)
 
 
 def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
@@ -93,10 +97,10 @@ def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederiv
         result.applied += 1
         for dispatch in step.dispatches:
             result.decisions.append(dispatch.decision)
-            result.origin[id(dispatch.decision)] = where
+            result.decision_origins.append(where)
         for response in step.responses:
             result.responses.append(response)
-            result.origin[id(response)] = where
+            result.response_origins.append(where)
     return result
 
 
@@ -121,7 +125,7 @@ def _executor_copy(result: Rederived, event: RoutingEvent, where: tuple[int, int
     if isinstance(event, AttemptFinished) and event.answered and answers(event):
         copy = success_response(event)
         result.responses.append(copy)
-        result.origin[id(copy)] = where
+        result.response_origins.append(where)
 
 
 def replay(log: RecordedLog, policy: Policy, *, allow_pending: bool = False) -> ReplayReport:
@@ -136,9 +140,11 @@ def _replay(log: RecordedLog, policy: Policy, allow_pending: bool) -> ReplayRepo
     recorded = _by_id(events(log.decisions))
     responses = _by_id(events(log.responses))
     progress: dict[int, int] = {}
-    decisions_reproduced, mismatches = _pair(recorded, _by_id(again.decisions), again, progress)
+    decisions_reproduced, mismatches = _pair(
+        recorded, _made_by_id(again.decisions, again.decision_origins), progress
+    )
     responses_reproduced, response_mismatches = _pair(
-        responses, _by_id(again.responses), again, progress
+        responses, _made_by_id(again.responses, again.response_origins), progress
     )
     mismatches = [_pending(m, progress) for m in [*mismatches, *response_mismatches]]
     order = {"differs": 0, "not_rederived": 1, "not_recorded": 2}
@@ -184,10 +190,22 @@ def _by_id(records: Iterable[R]) -> dict[str, list[R]]:
     return found
 
 
+def _made_by_id(records: list[R], origins: list[Origin]) -> dict[str, list[tuple[R, Origin]]]:
+    """Distinct re-derived copies per id, in log order, each with where it was made (the
+    first identical copy's place)."""
+    found: dict[str, list[tuple[R, Origin]]] = {}
+    for record, origin in zip(records, origins, strict=True):
+        copies = found.get(record.id)
+        if copies is None:
+            found[record.id] = [(record, origin)]
+        elif record not in [copy for copy, _ in copies]:
+            copies.append((record, origin))
+    return found
+
+
 def _pair(
     recorded: dict[str, list[R]],
-    rederived: dict[str, list[R]],
-    derivation: Rederived,
+    rederived: dict[str, list[tuple[R, Origin]]],
     progress: dict[int, int],
 ) -> tuple[int, list[Mismatch]]:
     """Compare copies with the same id in log order; exact equality, field by field.
@@ -198,26 +216,26 @@ def _pair(
     mismatches: list[Mismatch] = []
     for record_id, copies in recorded.items():
         derived = rederived.get(record_id, [])
-        for original, again in zip(copies, derived, strict=False):
-            partition, offset = derivation.origin[id(again)]
+        for original, (again, origin) in zip(copies, derived, strict=False):
+            partition, offset = origin
             progress[partition] = max(progress.get(partition, -1), offset)
             if original == again:  # every field, floats bit for bit
                 reproduced += 1
             else:
                 differences = diff(original.model_dump(), again.model_dump())
                 mismatch = _mismatch("differs", again, differences)
-                mismatches.append(replace(mismatch, origin=(partition, offset)))
+                mismatches.append(replace(mismatch, origin=origin))
         mismatches.extend(_mismatch("not_rederived", r) for r in copies[len(derived) :])
         unrecorded = derived[len(copies) :]
-        mismatches.extend(_unrecorded(r, derivation) for r in unrecorded)
+        mismatches.extend(_unrecorded(r, origin) for r, origin in unrecorded)
     for record_id, derived in rederived.items():
         if record_id not in recorded:
-            mismatches.extend(_unrecorded(r, derivation) for r in derived)
+            mismatches.extend(_unrecorded(r, origin) for r, origin in derived)
     return reproduced, mismatches
 
 
-def _unrecorded(record: R, derivation: Rederived) -> Mismatch:
-    return replace(_mismatch("not_recorded", record), origin=derivation.origin[id(record)])
+def _unrecorded(record: R, origin: Origin) -> Mismatch:
+    return replace(_mismatch("not_recorded", record), origin=origin)
 
 
 def _pending(mismatch: Mismatch, progress: dict[int, int]) -> Mismatch:
