@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 import multiprocessing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from factories import T0, accepted, dep, finished, outcome, params, provider, routing_config
 
+from app.audit.export import write_export, write_policy
 from app.audit.log import Entry, RecordedLog, parse
 from app.audit.replay import FoldPool, ReplayReport, policy_book, rederive, render, replay
 from app.audit.replay_parallel import merge, plan, rederive_parallel, route_keys
 from app.audit.replay_worker import Folded
 from app.audit.synthetic import Profile, synthetic_log
+from app.cli import main
 from app.config import Budget, RouteConfig, RoutingConfig
 from app.contract.policy import PolicyChanged, PolicyDocument
 from app.events import AttemptFinished, BudgetAsk, RoutingLogEvent, StatusClass, derived_id
@@ -24,6 +27,7 @@ from app.routing.book import PolicyBook, document_hash, params_document
 from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.state import RouteState
+from app.settings import Topics
 
 CHEAP, MID, DEAR = dep("cerebras-x"), dep("groq-x"), dep("openai-x")
 PROFILES = {
@@ -352,3 +356,23 @@ def test_replay_with_jobs_stops_every_worker_it_starts(recorded: RecordedLog) ->
     serial = replay(recorded, routes())
     assert_same(serial, replay(recorded, routes(), jobs=3))  # a worker per route
     assert {p.pid for p in multiprocessing.active_children()} <= before
+
+
+def test_cli_jobs(
+    recorded: RecordedLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    routing = list(recorded.routing)
+    for route in ("cheap", "chat"):
+        index = finishes(recorded, route)[20]
+        routing[index] = slower(recorded, index, 5.0)
+    write_export(with_routing(recorded, routing), tmp_path, Topics())
+    write_policy(routes(), tmp_path)
+    outputs = []
+    for jobs in ("1", "2"):
+        args = ["replay", "--from-export", str(tmp_path), "--json", "--show", "1000"]
+        assert main([*args, "--jobs", jobs]) == 1
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[1])["mismatched"] > 5
+    assert main(["replay", "--from-export", str(tmp_path), "--jobs", "0"]) == 2
+    assert "--jobs 0" in capsys.readouterr().err

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Collection
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -123,30 +125,48 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 def replay_command(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set or [])
     counterfactual_mode = bool(args.config or overrides or args.counterfactual)
-    # Outcomes are in the routing log too; replay checks the router's own responses.
-    log = load_log(args, streams=("routing", "decisions", "responses", "feedback"))
-    export = None if args.counterfactual else args.from_export
-    policy = load_policy(args.config or args.providers, overrides, export)
-    if counterfactual_mode:
-        from app.audit.counterfactual import counterfactual
-        from app.audit.side_by_side import render as render_side_by_side
+    jobs = replay_jobs(args.jobs)
+    with ExitStack() as workers:
+        pool = None
+        if jobs > 1 and not counterfactual_mode:
+            from app.audit.replay_parallel import FoldPool
 
-        label = (
-            ", ".join(
-                [f"config {args.config}"] * bool(args.config)
-                + [f"{k}={v}" for k, v in overrides.items()]
+            pool = workers.enter_context(FoldPool(jobs))
+            pool.warm()  # the workers start while the log is read
+        # Outcomes are in the routing log too; replay checks the router's own responses.
+        log = load_log(args, streams=("routing", "decisions", "responses", "feedback"))
+        export = None if args.counterfactual else args.from_export
+        policy = load_policy(args.config or args.providers, overrides, export)
+        if counterfactual_mode:
+            from app.audit.counterfactual import counterfactual
+            from app.audit.side_by_side import render as render_side_by_side
+
+            label = (
+                ", ".join(
+                    [f"config {args.config}"] * bool(args.config)
+                    + [f"{k}={v}" for k, v in overrides.items()]
+                )
+                or "policy from the environment"
             )
-            or "policy from the environment"
-        )
-        report = counterfactual(log, policy, label, runs=args.runs)
-        _emit(args, report.to_json(), render_side_by_side(report))
-        return 0
+            report = counterfactual(log, policy, label, runs=args.runs)
+            _emit(args, report.to_json(), render_side_by_side(report))
+            return 0
 
-    from app.audit.replay import render, replay
+        from app.audit.replay import render, replay
 
-    result = replay(log, policy, allow_pending=args.allow_pending)
-    _emit(args, result.to_json(limit=args.show), render(result, show=args.show))
-    return 0 if result.ok else 1
+        result = replay(log, policy, allow_pending=args.allow_pending, pool=pool)
+        _emit(args, result.to_json(limit=args.show), render(result, show=args.show))
+        return 0 if result.ok else 1
+
+
+def replay_jobs(requested: int | None) -> int:
+    """``--jobs``: worker processes for the re-derivation (unset: one per core; the
+    replay uses no more than the log has independent routes)."""
+    if requested is None:
+        return os.cpu_count() or 1
+    if requested < 1:
+        raise UsageError(f"--jobs {requested}: expected 1 or more")
+    return requested
 
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
@@ -249,6 +269,13 @@ def register(commands: Any) -> None:
         help="do not fail on outputs of the last events a live router has not published yet",
     )
     replay.add_argument("--show", type=int, default=5, help="mismatches shown in detail")
+    replay.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="fold independent routes in N worker processes (default: one per core, at "
+        "most one per route; 1: in this process)",
+    )
     replay.add_argument("--json", action="store_true", help="one JSON document instead of text")
     replay.set_defaults(run=_guarded(replay_command))
 
