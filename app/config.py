@@ -263,6 +263,8 @@ class ProviderLists(DataRules):
     only: list[str] | None = None
     ignore: list[str] = Field(default_factory=list)
     order: list[str] = Field(default_factory=list)
+    #: The models allowed: model names or ``provider:model`` ids (None: all).
+    models: list[str] | None = None
 
 
 class RateLimit(BaseModel):
@@ -272,10 +274,26 @@ class RateLimit(BaseModel):
     window_s: float = Field(gt=0.0)
 
 
-class TenantPolicy(ProviderLists):
-    """A preset: a tenant's provider lists, mode and rate limit."""
+class Preset(ProviderLists):
+    """A named preset (``presets:``), chosen per request (``preset: NAME``), by a gateway
+    key or for a tenant: provider lists, allowed models and data rules that narrow the
+    others, a mode, and defaults applied before routing: a system prompt put first,
+    ``temperature`` and ``max_tokens`` where the request sets none
+    (app/routing/presets.py)."""
 
     mode: ModeName | None = None
+    system_prompt: str | None = Field(default=None, min_length=1, max_length=20_000)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+class TenantPolicy(ProviderLists):
+    """A tenant's own preset: provider lists, mode and rate limit, and the named preset
+    its requests are under (``preset``)."""
+
+    mode: ModeName | None = None
+    #: A name of ``presets``: applied to every request of the tenant.
+    preset: str | None = None
     rate_limit: RateLimit | None = None
     #: Issue 10: mean cost per request (USD) of this tenant's requests (its own pacer).
     cost_target_usd: float | None = Field(default=None, gt=0.0)
@@ -338,6 +356,8 @@ class RoutingConfig(BaseModel):
     routes: dict[str, RouteConfig] = Field(default_factory=dict)
     default_route: str = "chat"
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
+    #: Named presets (app/routing/presets.py), chosen per request, key or tenant.
+    presets: dict[str, Preset] = Field(default_factory=dict)
     guardrails: Guardrails = Field(default_factory=Guardrails)
     #: Issue 13 §3: spending limits, each folded in a ledger of its own.
     budgets: list[Budget] = Field(default_factory=list)
@@ -367,6 +387,11 @@ class RoutingConfig(BaseModel):
         for budget in self.budgets:
             if budget.scope == "route" and budget.name not in self.route_names():
                 raise ValueError(f"budgets: {budget.key} names no route")
+        named = [(f"tenants.{t}", p.preset) for t, p in self.tenants.items()]
+        named += [(f"gateway_keys[{k.name}]", k.preset) for k in self.gateway_keys]
+        for where, preset in named:
+            if preset is not None and preset not in self.presets:
+                raise ValueError(f"{where}.preset: {preset!r} is not one of presets")
         if self.dynamic_routes.root:
             self._check_dynamic_routes()
         if self.routes and self.default_route not in self.routes:

@@ -44,3 +44,5 @@ class GatewayKey(BaseModel):
     name: str = Field(default="key", max_length=100)
     #: The routes (``model`` aliases) it may use; None: all (403 otherwise).
     routes: list[str] | None = None
+    #: The named preset its requests are under (a request may name no other).
+    preset: str | None = None

@@ -286,6 +286,7 @@ class DeadLetter(Envelope):
         "not_object",
         "schema_violation",
         "unknown_route",
+        "unknown_preset",
         "oversized",
         "internal",
         "too_deep",

@@ -38,6 +38,8 @@ from app.events import (
     derived_id,
 )
 from app.guardrails import rules_for, screen_messages
+from app.routing.presets import UNKNOWN_PRESET, applying, with_defaults
+from app.routing.presets import unknown as unknown_preset
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
 from app.understanding.features import extract_features
 from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
@@ -199,6 +201,11 @@ def accept(
             f"model {request.model!r} names no route (known: {', '.join(config.route_names())})"
         )
         return dead_letter("unknown_route", detail, raw, source, when, deadletter_max_bytes)
+    missing = unknown_preset(config, request)
+    if missing is not None:
+        detail = f"preset {missing!r} is not configured (known: {', '.join(config.presets)})"
+        return dead_letter(UNKNOWN_PRESET, detail, raw, source, when, deadletter_max_bytes)
+    request = with_defaults(request, applying(config, request))
     text = prompt_text(request)
     hit = check_request(request, _keyword_rules(tuple(config.guardrails.forbidden_keywords)))
     screened = screen_messages(request, rules_for(config.guardrails.input, route, request.tenant))
@@ -223,7 +230,7 @@ def accept(
 
 #: Dead letters a gateway can have published: its own checks passed, the worker's did
 #: not (its policy a version behind or ahead of the worker's, a larger envelope).
-_REFUSALS_REPLIED: Final = frozenset({"unknown_route", "oversized"})
+_REFUSALS_REPLIED: Final = frozenset({"unknown_route", UNKNOWN_PRESET, "oversized"})
 
 
 def refusal_reply(

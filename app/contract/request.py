@@ -87,6 +87,8 @@ class ChatRequest(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     routing: RoutingOptions | None = None
     provider: ProviderPreferences | None = None
+    #: A named preset of the policy (``presets:``): its lists, models, mode and defaults.
+    preset: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     #: OpenAI's ``tools``, ``tool_choice`` and ``response_format``, passed to the provider as is.
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None

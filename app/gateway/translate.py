@@ -28,6 +28,7 @@ PASSED: tuple[str, ...] = (
     "session_id",
     "provider",
     "routing",
+    "preset",
 )
 MAX_METADATA_ITEMS = 16
 MAX_METADATA_CHARS = 512
@@ -39,9 +40,11 @@ def request_event(
     tenant: str | None,
     reply_to: ReplyTo,
     key_name: str | None = None,
+    key_preset: str | None = None,
 ) -> dict[str, Any]:
     """The ``llm.requests`` record for an HTTP body. Raises GatewayError(400) on a bad shape.
-    ``key_name``: the API key's name (its budget and dynamic route apply; never the key)."""
+    ``key_name``: the API key's name (its budget and dynamic route apply; never the key);
+    ``key_preset``: the preset its requests are under (403 for a body naming another)."""
     if not isinstance(body, dict):
         raise invalid("the body must be a JSON object", "invalid_body")
     if body.get("n") not in (None, 1):
@@ -57,6 +60,16 @@ def request_event(
     event["tenant"] = tenant
     if key_name is not None:
         event["key_name"] = key_name
+    if key_preset is not None:
+        if event.get("preset", key_preset) != key_preset:
+            raise GatewayError(
+                403,
+                f"this API key's requests are under preset {key_preset!r}; "
+                f"it may not choose {event['preset']!r}",
+                "preset_not_allowed",
+                should_retry=False,
+            )
+        event["preset"] = key_preset
     event["reply_to"] = reply_to.model_dump()
     if wants_stream(body)[0]:
         event["stream"] = True  # the executor publishes the answer's deltas

@@ -41,6 +41,7 @@ from app.routing import context, estimates
 from app.routing.auto_classify import Classification, classify
 from app.routing.candidates import LIST_RULES, CandidatePlan, not_allowed, provider_lists
 from app.routing.policy import Arm, Policy
+from app.routing.presets import model_allowed
 from app.routing.select import Selection
 from app.routing.state import RouteState
 from app.understanding.modes import ModeChoice, RoutingMode
@@ -188,6 +189,9 @@ def _eligible(
             if spec.specialized is not None and spec.specialized != domain:
                 continue
             reason = _static_reason(provider, spec.name, lists.only, lists.ignore, config)
+            deployment = deployment_id(provider.id, spec.name)
+            if reason is None and not model_allowed(lists, deployment, spec.name):
+                reason = "model_not_allowed"
             if reason is None and first_model and spec.name != first_model:
                 reason = "fallbacks_disabled"
             arm = Arm(deployment_id(provider.id, spec.name), provider, spec.name)

@@ -24,6 +24,13 @@ from app.routing import breaker
 from app.routing.capabilities import needs_of, unable
 from app.routing.data_policy import breaks, rules_of
 from app.routing.policy import Arm, Policy
+from app.routing.presets import (
+    UNKNOWN_PRESET,
+    lists_of,
+    model_allowed,
+    preset_mode,
+    unknown,
+)
 from app.routing.records import record
 from app.routing.state import BreakerPhase, RouteState
 from app.understanding.domains import DomainCandidates, domain_candidates, is_generalist
@@ -31,7 +38,7 @@ from app.understanding.modes import SUFFIX_MODES, ModeChoice, effective_mode, pa
 
 NO_TENANT_POLICY = TenantPolicy()
 #: The rules of the provider lists, and the code of a request they leave nothing.
-LIST_RULES = frozenset({"provider_not_in_only", "provider_ignored"})
+LIST_RULES = frozenset({"provider_not_in_only", "provider_ignored", "model_not_allowed"})
 NOT_ALLOWED = "deployment_not_allowed"
 #: A route that has seen nothing yet (every deployment closed and idle).
 NO_STATE = RouteState()
@@ -68,32 +75,25 @@ def tenant_policy(accepted: RequestAccepted, policy: Policy) -> TenantPolicy:
 def _mode(accepted: RequestAccepted, preset: TenantPolicy, policy: Policy) -> ModeChoice:
     route = policy.config.routes.get(accepted.route)
     request_mode = accepted.request.routing.mode if accepted.request.routing else None
+    named_mode = preset_mode(accepted, policy.config) or preset.mode
     return effective_mode(
         SUFFIX_MODES[accepted.suffix] if accepted.suffix else None,
         parse_mode(request_mode) if request_mode else None,
-        parse_mode(preset.mode) if preset.mode else None,
+        parse_mode(named_mode) if named_mode else None,
         parse_mode(route.mode) if route is not None and route.mode else None,
     )
 
 
 def provider_lists(accepted: RequestAccepted, policy: Policy) -> ProviderLists:
     """The tenant preset's provider lists narrowed by the request's."""
-    return _merged_lists(tenant_policy(accepted, policy), accepted)
+    return _merged_lists(tenant_policy(accepted, policy), accepted, policy)
 
 
-def _merged_lists(preset: ProviderLists, accepted: RequestAccepted) -> ProviderLists:
-    """The preset's lists narrowed by the request's: both ``only`` must hold."""
-    asked = accepted.request.provider
-    if asked is None:
-        return preset
-    only = preset.only
-    if asked.only is not None:
-        only = asked.only if only is None else [p for p in asked.only if p in only]
-    return ProviderLists(
-        only=only,
-        ignore=[*preset.ignore, *asked.ignore],
-        order=asked.order or preset.order,
-    )
+def _merged_lists(
+    preset: ProviderLists, accepted: RequestAccepted, policy: Policy
+) -> ProviderLists:
+    """The tenant's lists narrowed by its named presets' and the request's own."""
+    return lists_of(accepted, policy.config, preset)
 
 
 def not_allowed(message: str) -> ErrorBody:
@@ -122,6 +122,8 @@ def _pinned(
         left_out = "provider_not_in_only"
     elif provider_id in lists.ignore:
         left_out = "provider_ignored"
+    elif not model_allowed(lists, accepted.pinned or "", model):
+        left_out = "model_not_allowed"
     if left_out is not None:
         error = not_allowed(
             f"model {accepted.pinned!r} is not allowed for this request ({left_out})"
@@ -164,6 +166,8 @@ def local_unready(
         return "provider_not_in_only"
     if arm.provider.id in lists.ignore:
         return "provider_ignored"
+    if not model_allowed(lists, arm.deployment, arm.model):
+        return "model_not_allowed"
     lacks = unable(arm, accepted, policy) or breaks(arm.provider, rules_of(accepted, policy))
     if lacks is not None:
         return f"local_{lacks}"
@@ -257,7 +261,10 @@ def plan_candidates(
     mode = _mode(accepted, preset, policy)
     if accepted.model_error:
         return _refused(f"invalid model id: {accepted.model_error}", "invalid_model", mode)
-    lists = _merged_lists(preset, accepted)
+    missing = unknown(policy.config, accepted.request)
+    if missing is not None:
+        return _refused(f"preset {missing!r} is not configured", UNKNOWN_PRESET, mode)
+    lists = _merged_lists(preset, accepted, policy)
     if accepted.pinned:
         return _pinned(accepted, providers, mode, lists)
     excluded: list[Exclusion] = []
@@ -304,6 +311,13 @@ def plan_candidates(
         arms = [Arm(deployment_id(p.id, model), p, model) for p, model in narrowed.chosen]
     else:
         excluded += memo.excluded
+    if lists.models is not None:
+        excluded += [
+            Exclusion(deployment=a.deployment, reason="model_not_allowed")
+            for a in arms
+            if not model_allowed(lists, a.deployment, a.model)
+        ]
+        arms = [a for a in arms if model_allowed(lists, a.deployment, a.model)]
     if lists.order:
         rank = {provider_id: i for i, provider_id in enumerate(lists.order)}
         arms.sort(key=lambda arm: rank.get(arm.provider.id, len(rank)))

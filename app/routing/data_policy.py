@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from app.config import ProviderConfig, TenantPolicy
 from app.events import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
+from app.routing.presets import applying
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +57,12 @@ def rules_of(accepted: RequestAccepted, policy: Policy) -> Rules:
     name = accepted.request.tenant
     tenant = config.tenants.get(name, NO_TENANT) if name else NO_TENANT
     asked = accepted.request.provider
+    presets = applying(config, accepted.request)
     regions: frozenset[str] | None = None
     for allowed in (
         route.regions if route else None,
         tenant.regions,
+        *(p.regions for p in presets),
         asked.regions if asked else None,
     ):
         if allowed is not None:
@@ -67,15 +70,23 @@ def rules_of(accepted: RequestAccepted, policy: Policy) -> Rules:
     price = asked.max_price if asked else None
     return Rules(
         regions=regions,
-        zdr=bool(route and route.zdr) or tenant.zdr or bool(asked and asked.zdr),
+        zdr=bool(route and route.zdr)
+        or tenant.zdr
+        or any(p.zdr for p in presets)
+        or bool(asked and asked.zdr),
         deny_collection="deny"
         in {
             route.data_collection if route else "allow",
             tenant.data_collection,
+            *(p.data_collection for p in presets),
             asked.data_collection if asked else "allow",
         },
         certifications=frozenset(
-            [*(route.certifications if route else []), *tenant.certifications]
+            [
+                *(route.certifications if route else []),
+                *tenant.certifications,
+                *(c for p in presets for c in p.certifications),
+            ]
         ),
         max_prompt_usd=price.prompt if price else None,
         max_completion_usd=price.completion if price else None,
