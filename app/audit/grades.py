@@ -80,11 +80,14 @@ def _distinct_grades(log: RecordedLog) -> list[GradeApplied]:
 
 def check_grades(log: RecordedLog) -> GradeCheck:
     """Every grade of the routing log checked against the feedback and the answers."""
+    grades = _distinct_grades(log)
+    if not grades:
+        return GradeCheck()
     answers, feedback = _answers(log), _feedback(log)
     current: dict[tuple[str, str], GradeApplied] = {}
     applied: set[tuple[str, str]] = set()
     result = GradeCheck()
-    for grade in _distinct_grades(log):
+    for grade in grades:
         result.recorded += 1
         key = (grade.request_id, grade.feedback_id)
         problems = _against_feedback(grade, feedback.get(key, []))
