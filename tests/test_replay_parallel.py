@@ -114,6 +114,11 @@ def test_several_routes_replay_the_same_in_workers(recorded: RecordedLog, pool: 
     assert_same(serial, parallel)
 
 
+def test_one_worker_folds_every_route_alike(recorded: RecordedLog) -> None:
+    with FoldPool(1) as one:
+        assert_same(replay(recorded, routes()), replay(recorded, routes(), pool=one))
+
+
 def test_a_tampered_log_fails_the_same_way_with_the_same_mismatches(
     recorded: RecordedLog, pool: FoldPool
 ) -> None:

@@ -170,17 +170,17 @@ def replay(
     """Re-derive and compare. ``allow_pending``: outputs of the log's last events that
     are not recorded yet (a live router still at work) do not fail the replay.
 
-    ``jobs`` > 1 (or a started ``pool``): the routes are folded in that many worker
-    processes (:mod:`app.audit.replay_parallel`), for the same report; a log with one
-    route is folded here."""
+    ``jobs`` > 1: the routes are folded in that many worker processes (at most one per
+    route; :mod:`app.audit.replay_parallel`), for the same report. ``pool``: in its
+    workers, however many. A log of one route is folded here either way."""
     with no_cycle_collection():
         if jobs > 1 or pool is not None:
             keys = route_keys(log.routing)
-            workers = min(pool.jobs if pool is not None else jobs, group_count(keys))
-            if workers > 1:
-                if pool is not None:
-                    return _replay_parallel(log, policy, allow_pending, pool, keys)
-                with FoldPool(workers) as own:
+            groups = group_count(keys)
+            if pool is not None and groups > 1:
+                return _replay_parallel(log, policy, allow_pending, pool, keys)
+            if pool is None and min(jobs, groups) > 1:
+                with FoldPool(min(jobs, groups)) as own:
                     return _replay_parallel(log, policy, allow_pending, own, keys)
         return _replay(log, policy, allow_pending)
 
