@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from agents import replies
 from agents.app import (
@@ -35,7 +36,8 @@ from agents.app import (
 )
 from agents.judge import read_judgement, request_judgement
 from app import metrics
-from app.config import Guardrails, ModelSpec, ProviderConfig
+from app.config import Guardrails, ModelSpec, ProviderConfig, RoutingConfig
+from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
 from app.events import (
     ChatRequest,
     Dispatch,
@@ -126,11 +128,14 @@ def _streams(dispatch: Dispatch, provider: ProviderConfig) -> bool:
     return wanted and dispatch.min_confidence is None
 
 
-def _guardrails(dispatch: Dispatch) -> Guardrails:
-    """The guardrails of the decision's policy version."""
+def _config_of(dispatch: Dispatch) -> RoutingConfig:
+    """The config of the decision's policy version (else the newest)."""
     holder = policy_holder()
-    policy = holder.version(dispatch.decision.policy_version) or holder.current
-    return policy.config.guardrails
+    return (holder.version(dispatch.decision.policy_version) or holder.current).config
+
+
+def _guardrails(dispatch: Dispatch) -> Guardrails:
+    return _config_of(dispatch).guardrails
 
 
 def _output_rules(dispatch: Dispatch) -> Rules:
@@ -210,12 +215,42 @@ async def _call_in_time(
     left = dispatch.deadline - time.time()
     if left <= 0:
         return deadline_passed()
-    result = await _call(dispatch, provider, call_budget_s(dispatch.timeout_s, left), sink)
+    result = await _call_keyed(dispatch, provider, call_budget_s(dispatch.timeout_s, left), sink)
     result = blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
     if sink is not None and sink.started and result.status_class is not StatusClass.SUCCESS:
         # The client has this much of the answer: the next attempt goes on from it.
         result = replace(result, partial=sink.published_text or None)
     return result
+
+
+async def _call_keyed(
+    dispatch: Dispatch, provider: ProviderConfig, budget: float, sink: DeltaPublisher | None
+) -> CallResult:
+    """The call with the key the request's gateway key or tenant brought for this provider,
+    when one did (app/credentials/); with ``fallback: managed`` the deployment's own key
+    takes over in the same attempt when the own key is refused or rate limited (and no
+    text was streamed yet). The outcome names the credential and whose key answered."""
+    request = dispatch.accepted.request
+    own = credential_for(_config_of(dispatch), request.tenant, request.key_name, provider.id)
+    if own is None:
+        return await _call(dispatch, provider, budget, sink)
+    started = time.monotonic()
+    try:
+        master = settings.credentials_key
+        secret = open_sealed(own.sealed, master.get_secret_value() if master else None)
+    except CredentialError as exc:
+        error = f"credential {own.id!r}: {exc}"
+        result = CallResult(StatusClass.AUTH_ERROR, None, 0.0, error=error)
+    else:
+        keyed = provider.model_copy(update={"api_key": SecretStr(secret)})
+        result = await _call(dispatch, keyed, budget, sink)
+    streamed = sink is not None and sink.started
+    if own.fallback == "managed" and result.status_class in FALLBACK_ON and not streamed:
+        left = budget - (time.monotonic() - started)
+        if left > 0:
+            managed = await _call(dispatch, provider, left, sink)
+            return replace(managed, credential=own.id, key_source="managed")
+    return replace(result, credential=own.id, key_source="own")
 
 
 async def _call(

@@ -320,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.audit.streams import register as register_streams
 
     register_streams(commands)  # streams: streamed answers reassembled from the deltas topic
+    from app.credentials.commands import register as register_credentials
+
+    register_credentials(commands)  # credentials new-key, credentials seal
     _add_bench(commands)
     return parser
 

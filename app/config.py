@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from app.config_access import Budget as Budget
+from app.config_access import Credential as Credential
 from app.config_access import GatewayKey as GatewayKey
 from app.config_auto import AffinityConfig, AutoConfig
 from app.guardrails import check_pattern
@@ -365,6 +366,8 @@ class RoutingConfig(BaseModel):
     dynamic_routes: DynamicRoutes = Field(default_factory=lambda: DynamicRoutes({}))
     #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
     gateway_keys: list[GatewayKey] = Field(default_factory=list)
+    #: Provider keys tenants and gateway keys bring, sealed (app/credentials/).
+    credentials: list[Credential] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check_references(self) -> RoutingConfig:
@@ -387,6 +390,7 @@ class RoutingConfig(BaseModel):
         for budget in self.budgets:
             if budget.scope == "route" and budget.name not in self.route_names():
                 raise ValueError(f"budgets: {budget.key} names no route")
+        self._check_credentials(ids)
         named = [(f"tenants.{t}", p.preset) for t, p in self.tenants.items()]
         named += [(f"gateway_keys[{k.name}]", k.preset) for k in self.gateway_keys]
         for where, preset in named:
@@ -397,6 +401,21 @@ class RoutingConfig(BaseModel):
         if self.routes and self.default_route not in self.routes:
             raise ValueError(f"default_route {self.default_route!r} is not a route")
         return self
+
+    def _check_credentials(self, provider_ids: list[str]) -> None:
+        seen: set[str] = set()
+        owners: set[tuple[str, str | None, str | None]] = set()
+        for credential in self.credentials:
+            where = f"credentials[{credential.id}]"
+            if credential.id in seen:
+                raise ValueError(f"{where}: each id once")
+            if credential.provider not in provider_ids:
+                raise ValueError(f"{where}.provider: unknown provider {credential.provider!r}")
+            owner = (credential.provider, credential.tenant, credential.key)
+            if owner in owners:
+                raise ValueError(f"{where}: a second credential for the same provider and owner")
+            seen.add(credential.id)
+            owners.add(owner)
 
     def _check_dynamic_routes(self) -> None:
         from app.understanding.domains import DOMAIN_ORDER  # it imports this module

@@ -46,3 +46,27 @@ class GatewayKey(BaseModel):
     routes: list[str] | None = None
     #: The named preset its requests are under (a request may name no other).
     preset: str | None = None
+
+
+class Credential(BaseModel):
+    """A provider key a tenant or a gateway key brings (app/credentials/): sealed with
+    the workers' master key, referenced by ``id`` in outcomes, never in clear."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
+    provider: str
+    tenant: str | None = None
+    #: A gateway key's ``name``: its requests use this credential (before the tenant's).
+    key: str | None = None
+    #: ``switchyard credentials seal``'s token.
+    sealed: str = Field(min_length=16, max_length=4096)
+    #: ``none``: the own key only; ``managed``: when the own key is refused (401, 403) or
+    #: rate limited (429), the same attempt calls again with the deployment's own key.
+    fallback: Literal["none", "managed"] = "none"
+
+    @model_validator(mode="after")
+    def _one_owner(self) -> Credential:
+        if (self.tenant is None) == (self.key is None):
+            raise ValueError(f"credential {self.id!r}: a tenant or a key, one of them")
+        return self

@@ -172,6 +172,10 @@ class Outcome(Envelope):
     context: str | None = None
     #: The output guardrails that fired on the answer, as ``name:action`` (never the text).
     output_rules: list[str] = Field(default_factory=list)
+    #: The id of the credential the tenant or key brought for this provider (never the
+    #: key), and whose key the result came from: ``own`` or the deployment's (``managed``).
+    credential: str | None = None
+    key_source: Literal["own", "managed"] = "managed"
 
 
 class AttemptFinished(Envelope):

@@ -226,6 +226,9 @@ class Settings(BaseSettings):
     #: ``Authorization: Bearer`` token of ``/metrics`` (issue 16 §4): unset, ``/metrics`` is
     #: open (the admin token is accepted too when both are set). Never logged.
     metrics_token: SecretStr | None = None
+    #: The master key that opens the credentials tenants bring (app/credentials/): a
+    #: Fernet key (``switchyard credentials new-key``). Never logged.
+    credentials_key: SecretStr | None = None
     #: A worker stopped by SIGTERM or SIGINT commits what it can, then exits this long after
     #: the signal whatever the broker's state (app/embedded/lifetime.py).
     shutdown_timeout_s: float = Field(default=7.0, gt=0.0, le=300.0)

@@ -37,7 +37,7 @@ TRANSPORT_TUNING = (
     "fast_delivery",
 )
 #: Where a child's web server listens, and who may read it.
-GUARD_SETTINGS = ("web_host", "admin_token", "metrics_token")
+GUARD_SETTINGS = ("web_host", "admin_token", "metrics_token", "credentials_key")
 #: Fields of ``Settings`` every Switchyard child takes from its caller (with the whole of
 #: ``Settings.kafka_security``).
 INHERITED_SETTINGS = TRANSPORT_TUNING + GUARD_SETTINGS

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from app.config import ProviderConfig
 from app.events import (
@@ -59,6 +59,10 @@ class CallResult:
     partial: str | None = None
     #: The output guardrails that fired on the answer (``name:action``; app/guardrails/).
     output_rules: tuple[str, ...] = ()
+    #: The credential the tenant or key brought for this call (its id), and whose key
+    #: the result came from: ``own`` or ``managed`` (app/credentials/).
+    credential: str | None = None
+    key_source: Literal["own", "managed"] = "managed"
 
 
 # --------------------------------------------------------------------------- the deadline
@@ -191,6 +195,8 @@ def build_outcome(
         first_token_ms=result.first_token_ms,
         context=decision.context,
         output_rules=list(result.output_rules),
+        credential=result.credential,
+        key_source=result.key_source,
     )
 
 
