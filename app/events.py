@@ -127,6 +127,9 @@ CONTENT_POLICY_VIOLATION = "content_policy_violation"
 #: guardrail blocked (app/guardrails/): a final ``client_error``, neutral for the
 #: provider's health; the error names the rule, never the text.
 OUTPUT_BLOCKED = "output_blocked"
+#: The error code of a request a dynamic route or a fallback model sent to a route its
+#: ``routing.allowed_routes`` (a gateway key's allowlist) does not hold: 403.
+ROUTE_NOT_ALLOWED = "route_not_allowed"
 #: The first words of an outcome's error that name why the request was refused.
 REFUSAL_CODES = frozenset({CONTEXT_LENGTH_EXCEEDED, CONTENT_POLICY_VIOLATION, OUTPUT_BLOCKED})
 
@@ -354,6 +357,7 @@ __all__ = [
     "REFUSAL_CODES",
     "REQUEST_REFUSED",
     "RESPONSE_TOO_LARGE",
+    "ROUTE_NOT_ALLOWED",
     "SCHEMA_VERSION",
     "_ID_NAMESPACE",
     "AttemptFinished",

@@ -28,6 +28,9 @@ class RoutingOptions(BaseModel):
     session_affinity: bool | None = None
     #: ``true`` opts this request in to the route's ``status: preview`` deployments.
     preview: bool | None = None
+    #: The routes the request may be served on (a gateway key's allowlist), whatever a
+    #: dynamic route or a fallback model names: another is refused (``route_not_allowed``).
+    allowed_routes: list[str] | None = None
 
 
 class MaxPrice(BaseModel):

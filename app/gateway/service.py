@@ -152,7 +152,9 @@ class Gateway:
     def prepare(self, body: Any, key: GatewayKey, asked_id: str | None) -> Prepared:
         """The checked record for ``body``; GatewayError when ingest would refuse it."""
         request_id = event_request_id(key, asked_id)
-        event = request_event(body, request_id, key.tenant, self.reply_to, key.name, key.preset)
+        event = request_event(
+            body, request_id, key.tenant, self.reply_to, key.name, key.preset, key.routes
+        )
         try:
             value = json.dumps(event, separators=(",", ":"), allow_nan=False).encode()
         except ValueError:  # NaN/Infinity in the body

@@ -41,10 +41,13 @@ def request_event(
     reply_to: ReplyTo,
     key_name: str | None = None,
     key_preset: str | None = None,
+    key_routes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The ``llm.requests`` record for an HTTP body. Raises GatewayError(400) on a bad shape.
     ``key_name``: the API key's name (its budget and dynamic route apply; never the key);
-    ``key_preset``: the preset its requests are under (403 for a body naming another)."""
+    ``key_preset``: the preset its requests are under (403 for a body naming another);
+    ``key_routes``: the routes it may use, carried as ``routing.allowed_routes`` so that
+    no dynamic route or fallback model takes its request elsewhere."""
     if not isinstance(body, dict):
         raise invalid("the body must be a JSON object", "invalid_body")
     if body.get("n") not in (None, 1):
@@ -70,6 +73,11 @@ def request_event(
                 should_retry=False,
             )
         event["preset"] = key_preset
+    if key_routes is not None:
+        routing = dict(event.get("routing") or {})
+        own = routing.get("allowed_routes")
+        allowed = key_routes if not isinstance(own, list) else [r for r in own if r in key_routes]
+        event["routing"] = {**routing, "allowed_routes": allowed}
     event["reply_to"] = reply_to.model_dump()
     if wants_stream(body)[0]:
         event["stream"] = True  # the executor publishes the answer's deltas

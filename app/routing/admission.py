@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from app.events import Decision, Dispatch, ErrorBody, Exclusion, RequestAccepted, derived_id
+from app.events import (
+    ROUTE_NOT_ALLOWED,
+    Decision,
+    Dispatch,
+    ErrorBody,
+    Exclusion,
+    RequestAccepted,
+    derived_id,
+)
 from app.routing import affinity, auto, parking, status
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.budget_route import ask_first
@@ -120,6 +128,14 @@ def first_attempt(accepted: RequestAccepted) -> int:
     return 1 + (accepted.dynamic.attempt_base if accepted.dynamic is not None else 0)
 
 
+def _route_allowed(accepted: RequestAccepted) -> bool:
+    """Its route is one of the request's ``routing.allowed_routes`` (a gateway key's
+    allowlist), when it has such a list: whatever a dynamic route or fallback named."""
+    options = accepted.request.routing
+    allowed = options.allowed_routes if options is not None else None
+    return allowed is None or accepted.route in allowed
+
+
 def route(
     state: RouteState,
     accepted: RequestAccepted,
@@ -145,6 +161,15 @@ def route(
     after their Retry-After, when no untried candidate and no fallback model is left.
     """
     request_id = accepted.request.request_id
+    if not _route_allowed(accepted):
+        error = ErrorBody(
+            type="invalid_request",
+            message=f"route {accepted.route!r} is not one this request may use",
+            code=ROUTE_NOT_ALLOWED,
+            http_status=403,
+        )
+        refused = error_response(request_id, attempt - 1, state.clock, error)
+        return Step(state, responses=[refused])
     plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
     if plan is None:
         plan = plan_candidates(accepted, policy, attempt, tried, state)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.events import CONTEXT_LENGTH_EXCEEDED, StatusClass
+from app.events import CONTEXT_LENGTH_EXCEEDED, ROUTE_NOT_ALLOWED, StatusClass
 
 
 class Availability(StrEnum):
@@ -77,13 +77,14 @@ PROVIDER_RESULT_TYPES = frozenset(status.value for status in StatusClass)
 
 #: Error codes that say this model cannot serve the request, where another may: its
 #: context window, its capabilities, the request's data and price rules, its tenant's
-#: and its own provider lists.
+#: and its own provider lists, the routes its gateway key may use.
 MODEL_MISMATCHES = frozenset(
     {
         CONTEXT_LENGTH_EXCEEDED,
         "no_capable_deployment",
         "no_deployment_allowed",
         "deployment_not_allowed",
+        ROUTE_NOT_ALLOWED,
     }
 )
 
