@@ -56,7 +56,7 @@ from app.audit.replay_parallel import (
     rederive_parallel,
     route_keys,
 )
-from app.audit.replay_worker import FoldTask, fold_chunk
+from app.audit.replay_worker import ROUTING_RECORD, FoldTask, fold_chunk
 from app.audit.synthetic import Profile, synthetic_log
 from app.config import ProviderConfig, RouteConfig, RoutingConfig
 from app.events import StatusClass
@@ -248,13 +248,29 @@ def parallel(log: RecordedLog, policy: Policy, jobs: int, rounds: int) -> None:
 
 
 def pickling(log: RecordedLog, policy: Policy, jobs: int) -> None:
-    """What the chunks and the results cost to pickle and unpickle (one process)."""
+    """What the workers do that the one-job replay does not, for the whole log (split
+    between them): parse the records, serialise what they re-derive; and what the chunks
+    and the results cost to pickle and unpickle."""
     keys = route_keys(log.routing)
     book = bare_book(policy_book(log.routing))
     tasks = [FoldTask(bare(policy), book, c) for c in chunks(log.routing, keys, plan(keys, jobs))]
     sent, sent_s, sent_back_s = _pickled(tasks)
     results = [fold_chunk(task) for task in tasks]
     returned, returned_s, returned_back_s = _pickled(results)
+    started = time.process_time()
+    for task in tasks:
+        for raw in task.chunk.raws:
+            ROUTING_RECORD.validate_json(raw)
+    parsed = time.process_time() - started
+    again = rederive(log.routing, policy)
+    started = time.process_time()
+    for record in [*again.decisions, *again.responses]:
+        record.model_dump_json()
+    dumped = time.process_time() - started
+    print(
+        f"  in the workers, all told: parsing the records {parsed:.3f} s, "
+        f"the re-derived records as JSON {dumped:.3f} s"
+    )
     print(
         f"  pickling: chunks {sent / 1e6:.1f} MB, {sent_s:.3f} s + {sent_back_s:.3f} s unpickled; "
         f"results {returned / 1e6:.1f} MB, {returned_s:.3f} s + {returned_back_s:.3f} s unpickled"

@@ -29,7 +29,8 @@ from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities
 from app.routing.state import RouteState
 
-_routing: TypeAdapter[RoutingEvent] = TypeAdapter(RoutingLogEvent)
+#: A routing-log record's text to its event, as app.audit.log parses it.
+ROUTING_RECORD: TypeAdapter[RoutingEvent] = TypeAdapter(RoutingLogEvent)
 
 #: A re-derived record: the index of the routing-log entry that made it, the record's id,
 #: its JSON, and the entry's (partition, offset).
@@ -101,7 +102,7 @@ def _fold(task: FoldTask) -> Folded:
     states = out.states
     driver = Driver(lambda: policy, states=states, book=task.book)
     chunk = task.chunk
-    parse = _routing.validate_json
+    parse = ROUTING_RECORD.validate_json
     for index, partition, offset, raw in zip(
         chunk.indices, chunk.partitions, chunk.offsets, chunk.raws, strict=True
     ):
