@@ -462,6 +462,16 @@ class RoutingConfig(BaseModel):
             r for r in self.route_names() if provider_id in {p.id for p in self.route_providers(r)}
         ]
 
+    @cached_property
+    def named_models(self) -> dict[str, str]:
+        """Model names that name one deployment and no route: the name -> its deployment.
+        A request may send such a bare name (the ``model`` an answer reports)."""
+        found: dict[str, list[str]] = {}
+        for deployment in self.deployment_ids():
+            found.setdefault(deployment.partition(":")[2], []).append(deployment)
+        routes = set(self.route_names())
+        return {n: d[0] for n, d in found.items() if len(d) == 1 and n not in routes}
+
     def resolve_route(self, model: str | None) -> str | None:
         """The route a request's ``model`` names, or None when it names none."""
         name = model or self.default_route

@@ -195,6 +195,9 @@ def accept(
             "schema_violation", _schema_detail(exc), raw, source, when, deadletter_max_bytes
         )
     ref = parse_model_id(request.model, config.deployment_ids())
+    named = config.named_models.get(ref.route or "") if ref.kind == "route" else None
+    if named is not None and ref.suffix is None:  # a bare model name: that deployment
+        ref = parse_model_id(named, config.deployment_ids())
     route = _route_of(ref, config)
     if route is None:
         detail = (

@@ -264,12 +264,17 @@ class Gateway:
         return seen if seen is not None else await self.lookup.find(request_id)
 
     def models(self) -> list[dict[str, Any]]:
-        """``GET /v1/models``: routes, their suffixed aliases, and deployments."""
+        """``GET /v1/models``: routes, their suffixed aliases, deployments, and the model
+        names that name one deployment."""
         entries = []
         for route in self.config.route_names():
             entries.append(_model(route, "route"))
             entries += [_model(f"{route}:{suffix}", "alias") for suffix in ("nitro", "floor")]
         entries += [_model(d, "deployment") for d in self.config.deployment_ids()]
+        entries += [
+            {**_model(name, "model"), "deployment": deployment}
+            for name, deployment in sorted(self.config.named_models.items())
+        ]
         return entries
 
 
