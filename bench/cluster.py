@@ -51,7 +51,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--drain-timeout-s", type=float, default=240.0)
     parser.add_argument("--isr-timeout-s", type=float, default=180.0, help="wait for the ISR")
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set in the worker's environment (repeatable), e.g. PRODUCER_REQUEST_TIMEOUT=10",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the report here too")
+
+
+def worker_env(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs as an environment."""
+    env = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise ValueError(f"--worker-env {pair!r}: NAME=VALUE")
+        env[name] = value
+    return env
 
 
 def _body(request_id: str) -> dict[str, Any]:
@@ -217,6 +235,7 @@ async def cluster_bench(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "rate": args.rate,
         "minutes": args.minutes,
+        "worker_env": worker_env(args.worker_env),
         "load_average_start": load_average(),
     }
     errors: dict[str, str] = {}
@@ -228,7 +247,7 @@ async def cluster_bench(args: argparse.Namespace) -> dict[str, Any]:
             seed=11,
             broker=cluster,
             partitions=args.partitions,
-            env={"SWITCHYARD_LOG_LEVEL": "warn"},
+            env={"SWITCHYARD_LOG_LEVEL": "warn", **report["worker_env"]},
         )
         async with stack:
             try:

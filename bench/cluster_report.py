@@ -136,7 +136,9 @@ def render(report: Mapping[str, Any]) -> str:
         "| what | value |",
         "|---|---|",
         f"| load | {report['rate']:g} req/s for {report['minutes']:g} min, 1 worker, "
-        "3 nodes (RF 3, min ISR 2) |",
+        "3 nodes (RF 3, min ISR 2)"
+        + "".join(f", {k}={v}" for k, v in report.get("worker_env", {}).items())
+        + " |",
         f"| fault | {fault['kind']} at +{fault['at_s']:.1f} s, recovery at "
         f"+{fault['recovered_at_s']:.1f} s (served again +{fault['served_at_s']:.1f} s) |",
         f"| sent | {answers['sent']} (publish failures: {published.get('failures', {}) or 0}) |",

@@ -196,10 +196,7 @@ class KafkaCluster:
         return {n.node_id: n.pid for n in self.nodes if n.running and n.pid is not None}
 
     def node(self, node_id: int) -> KafkaNode:
-        for node in self.nodes:
-            if node.node_id == node_id:
-                return node
-        raise KeyError(f"no node {node_id} in the cluster")
+        return {n.node_id: n for n in self.nodes}[node_id]  # KeyError: no such node
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -247,22 +244,15 @@ class KafkaCluster:
         """Until each of ``nodes`` answers and the cluster lists it among its live brokers."""
         waiting = list(nodes)
         while True:
-            for node in waiting:
-                if not node.running:
-                    code = node.process.returncode if node.process is not None else None
-                    raise RuntimeError(
-                        f"Kafka node {node.node_id} exited with code {code}:\n{node.log_tail()}"
-                    )
+            for node in (n for n in waiting if not n.running):
+                code = node.process.returncode if node.process is not None else None
+                raise RuntimeError(f"Kafka node {node.node_id} exited ({code}):\n{node.log_tail()}")
             if all(kafka_answers(n.host, n.port) for n in waiting):
                 live = asyncio.run(self._live_brokers())
                 if {n.node_id for n in waiting} <= live:
                     return
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    "Kafka nodes "
-                    + ", ".join(str(n.node_id) for n in waiting)
-                    + " did not serve in time"
-                )
+                raise TimeoutError(f"Kafka nodes {[n.node_id for n in waiting]} did not serve")
             time.sleep(0.3)
 
     def stop(self) -> None:
