@@ -137,7 +137,8 @@ def test_no_jvm_of_the_cluster_outlives_its_sigkilled_parent(tmp_path: Path) -> 
         "import time\n"
         "from app.embedded.kafka_cluster import KafkaCluster\n"
         "c = KafkaCluster().start()\n"
-        f"open({str(pid_file)!r}, 'w').write(' '.join(map(str, c.pids.values())))\n"
+        f"open({str(pid_file)!r}, 'w').write(' '.join(map(str, c.pids.values())) + "
+        "' ' + str(c.data_dir))\n"
         "time.sleep(600)\n"
     )
     parent = subprocess.Popen(
@@ -148,15 +149,19 @@ def test_no_jvm_of_the_cluster_outlives_its_sigkilled_parent(tmp_path: Path) -> 
         while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
             assert parent.poll() is None
             time.sleep(0.2)
-        jvms = {int(pid) for pid in pid_file.read_text().split()}
+        *pids, data_dir = pid_file.read_text().split()
+        jvms = {int(pid) for pid in pids}
         assert len(jvms) == 3 and all(_alive(pid) for pid in jvms)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert _gone(jvms) == set()
+        assert _java_processes_naming(data_dir) == set()
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+        if pid_file.exists():  # a SIGKILLed parent could not remove the nodes' data
+            shutil.rmtree(pid_file.read_text().split()[-1], ignore_errors=True)
 
 
 def test_a_stack_on_the_cluster_replicates_its_topics_three_times_two_in_sync() -> None:
