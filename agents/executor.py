@@ -36,7 +36,7 @@ from agents.app import (
 )
 from agents.judge import read_judgement, request_judgement
 from app import metrics
-from app.config import Guardrails, ModelSpec, ProviderConfig, RoutingConfig
+from app.config import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
 from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
 from app.events import (
     ChatRequest,
@@ -105,7 +105,8 @@ async def run_dispatch(dispatch: Dispatch) -> None:
                 StatusClass.CONNECTION_ERROR, None, 0.0, error="provider no longer configured"
             )
         else:
-            result = guard_answer(await _call_in_time(dispatch, provider, sink), rules)
+            own, sent = _credential(dispatch, provider), _sent_request(dispatch)
+            result = guard_answer(await _call_in_time(dispatch, provider, sink, own, sent), rules)
         if provider is None:
             provider = _removed_provider(dispatch.decision.provider)
         sealed = _seal(dispatch, result, provider)
@@ -201,7 +202,11 @@ def _seal(dispatch: Dispatch, result: CallResult, provider: ProviderConfig) -> S
 
 
 async def _call_in_time(
-    dispatch: Dispatch, provider: ProviderConfig, sink: DeltaPublisher | None = None
+    dispatch: Dispatch,
+    provider: ProviderConfig,
+    sink: DeltaPublisher | None = None,
+    own: Credential | None = None,
+    sent: ChatRequest | None = None,
 ) -> CallResult:
     """Wait out the retry backoff, then call within both the provider timeout and the deadline.
 
@@ -215,7 +220,8 @@ async def _call_in_time(
     left = dispatch.deadline - time.time()
     if left <= 0:
         return deadline_passed()
-    result = await _call_keyed(dispatch, provider, call_budget_s(dispatch.timeout_s, left), sink)
+    budget = call_budget_s(dispatch.timeout_s, left)
+    result = await _call_keyed(dispatch, provider, budget, sink, own, sent)
     result = blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
     if sink is not None and sink.started and result.status_class is not StatusClass.SUCCESS:
         # The client has this much of the answer: the next attempt goes on from it.
@@ -223,17 +229,26 @@ async def _call_in_time(
     return result
 
 
+def _credential(dispatch: Dispatch, provider: ProviderConfig) -> Credential | None:
+    """The credential the request's gateway key or tenant brought for this provider."""
+    request = dispatch.accepted.request
+    return credential_for(_config_of(dispatch), request.tenant, request.key_name, provider.id)
+
+
 async def _call_keyed(
-    dispatch: Dispatch, provider: ProviderConfig, budget: float, sink: DeltaPublisher | None
+    dispatch: Dispatch,
+    provider: ProviderConfig,
+    budget: float,
+    sink: DeltaPublisher | None,
+    own: Credential | None,
+    sent: ChatRequest | None,
 ) -> CallResult:
     """The call with the key the request's gateway key or tenant brought for this provider,
     when one did (app/credentials/); with ``fallback: managed`` the deployment's own key
     takes over in the same attempt when the own key is refused or rate limited (and no
     text was streamed yet). The outcome names the credential and whose key answered."""
-    request = dispatch.accepted.request
-    own = credential_for(_config_of(dispatch), request.tenant, request.key_name, provider.id)
     if own is None:
-        return await _call(dispatch, provider, budget, sink)
+        return await _call(dispatch, provider, budget, sink, sent)
     started = time.monotonic()
     try:
         master = settings.credentials_key
@@ -243,21 +258,27 @@ async def _call_keyed(
         result = CallResult(StatusClass.AUTH_ERROR, None, 0.0, error=error)
     else:
         keyed = provider.model_copy(update={"api_key": SecretStr(secret)})
-        result = await _call(dispatch, keyed, budget, sink)
+        result = await _call(dispatch, keyed, budget, sink, sent)
     streamed = sink is not None and sink.started
     if own.fallback == "managed" and result.status_class in FALLBACK_ON and not streamed:
         left = budget - (time.monotonic() - started)
         if left > 0:
-            managed = await _call(dispatch, provider, left, sink)
+            managed = await _call(dispatch, provider, left, sink, sent)
             return replace(managed, credential=own.id, key_source="managed")
     return replace(result, credential=own.id, key_source="own")
 
 
 async def _call(
-    dispatch: Dispatch, provider: ProviderConfig, budget: float, sink: DeltaPublisher | None
+    dispatch: Dispatch,
+    provider: ProviderConfig,
+    budget: float,
+    sink: DeltaPublisher | None,
+    sent: ChatRequest | None = None,
 ) -> CallResult:
+    """One call of the request as it is sent (``sent``: redacted by the input rules;
+    default: as accepted)."""
     decision = dispatch.decision
-    request = _sent_request(dispatch)
+    request = sent or dispatch.accepted.request
     if _streams(dispatch, provider):
 
         async def stream(asked: ChatRequest, within_s: float) -> CallResult:
