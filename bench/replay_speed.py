@@ -170,6 +170,7 @@ class Timed:
     #: Parallel runs: each worker's CPU seconds, and the parent's split / wait / merge.
     workers: list[float] = field(default_factory=list)
     steps: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    received: list[float] = field(default_factory=list)
 
     @property
     def critical(self) -> float:
@@ -185,6 +186,7 @@ def timed(run: Callable[[], object], pool: FoldPool | None = None) -> Timed:
     if pool is not None and pool.last is not None:
         last = pool.last
         result.workers, result.steps = last.worker_cpu_s, (last.split_s, last.wait_s, last.merge_s)
+        result.received = last.received_s
     return result
 
 
@@ -233,7 +235,8 @@ def parallel(log: RecordedLog, policy: Policy, jobs: int, rounds: int) -> None:
     print(
         f"  parent: split and send {split:.3f} s, while the workers fold {wait:.3f} s, "
         f"merge {merge:.3f} s, the rest (keys, comparison, report) "
-        f"{b.wall - split - wait - merge:.3f} s"
+        f"{b.wall - split - wait - merge:.3f} s; the workers began their chunks "
+        f"{', '.join(f'{r:.3f}' for r in b.received)} s after the split"
     )
     print(
         f"  fold alone, {jobs} workers: wall {f.wall:.3f} s {decisions / f.wall:,.0f} "

@@ -216,6 +216,8 @@ class Merged:
     split_s: float = 0.0
     wait_s: float = 0.0
     merge_s: float = 0.0
+    #: When each worker began its chunk, in seconds after the split.
+    received_s: list[float] = field(default_factory=list)
 
 
 def rederive_parallel(
@@ -239,6 +241,8 @@ class Running:
     chunk_events: list[int]
     started: float
     split: float
+    #: ``split`` as epoch seconds (the workers' clock).
+    split_at: float
 
     def merged(self) -> Merged:
         folded = [call.result() for call in self.calls]
@@ -246,6 +250,7 @@ class Running:
         result = merge(folded)
         result.unreadable, result.chunk_events = self.unreadable, self.chunk_events
         result.split_s, result.wait_s = self.split - self.started, waited - self.split
+        result.received_s = [part.received_at - self.split_at for part in folded]
         result.merge_s = time.perf_counter() - waited
         self.pool.last = replace(result, decisions=[], responses=[], states={}, errors=[])
         return result
@@ -271,6 +276,7 @@ def start(
         chunk_events=[len(chunk.indices) for chunk in made],
         started=started,
         split=time.perf_counter(),
+        split_at=time.time(),
     )
 
 

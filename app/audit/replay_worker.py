@@ -75,6 +75,8 @@ class Folded:
     errors: list[tuple[int, str]] = field(default_factory=list)
     #: CPU seconds the worker spent on the chunk (parsing, folding, serialising).
     cpu_s: float = 0.0
+    #: When the worker began the chunk (epoch seconds).
+    received_at: float = 0.0
 
 
 def ready() -> int:
@@ -88,11 +90,13 @@ def fold_chunk(task: FoldTask) -> Folded:
     Each chunk starts with Thompson's propensity cache empty, as a fresh worker does
     (a pure cache: the same numbers either way, but a pool that folds again is timed
     as the first time)."""
+    received = time.time()
     forget_propensities()
     started = time.process_time()
     with no_cycle_collection():
         folded = _fold(task)
     folded.cpu_s = time.process_time() - started
+    folded.received_at = received
     return folded
 
 
