@@ -364,7 +364,10 @@ def test_replay_with_jobs_stops_every_worker_it_starts(recorded: RecordedLog) ->
 
 
 def test_cli_jobs(
-    recorded: RecordedLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recorded: RecordedLog,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     routing = list(recorded.routing)
     for route in ("cheap", "chat"):
@@ -372,12 +375,28 @@ def test_cli_jobs(
         routing[index] = slower(recorded, index, 5.0)
     write_export(with_routing(recorded, routing), tmp_path, Topics())
     write_policy(routes(), tmp_path)
+    args = ["replay", "--from-export", str(tmp_path), "--json", "--show", "1000"]
     outputs = []
     for jobs in ("1", "2"):
-        args = ["replay", "--from-export", str(tmp_path), "--json", "--show", "1000"]
         assert main([*args, "--jobs", jobs]) == 1
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
     assert json.loads(outputs[1])["mismatched"] > 5
     assert main(["replay", "--from-export", str(tmp_path), "--jobs", "0"]) == 2
     assert "--jobs 0" in capsys.readouterr().err
+
+    # Unset: workers for a long log only (starting them costs more than a short one).
+    started: list[int] = []
+
+    class Counted(FoldPool):
+        def __init__(self, jobs: int) -> None:
+            started.append(jobs)
+            super().__init__(jobs)
+
+    monkeypatch.setattr("app.audit.replay_parallel.FoldPool", Counted)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert main(args) == 1
+    assert capsys.readouterr().out == outputs[0] and started == []
+    monkeypatch.setattr("app.audit.commands.PARALLEL_FROM", len(recorded.routing))
+    assert main(args) == 1
+    assert capsys.readouterr().out == outputs[0] and started == [2]

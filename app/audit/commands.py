@@ -122,15 +122,21 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------- replay
 
 
+#: ``--jobs`` unset: a routing log shorter than this is folded in the command's own
+#: process. Starting the workers (a fresh interpreter each) costs about half a second,
+#: which they win back from about this many records on (bench/replay_speed.py).
+PARALLEL_FROM = 40_000
+
+
 def replay_command(args: argparse.Namespace) -> int:
+    from app.audit.replay_parallel import FoldPool
+
     overrides = parse_overrides(args.set or [])
     counterfactual_mode = bool(args.config or overrides or args.counterfactual)
     jobs = replay_jobs(args.jobs)
     with ExitStack() as workers:
         pool = None
-        if jobs > 1 and not counterfactual_mode:
-            from app.audit.replay_parallel import FoldPool
-
+        if jobs > 1 and not counterfactual_mode and args.jobs is not None:
             pool = workers.enter_context(FoldPool(jobs))
             pool.warm()  # the workers start while the log is read
         # Outcomes are in the routing log too; replay checks the router's own responses.
@@ -154,14 +160,17 @@ def replay_command(args: argparse.Namespace) -> int:
 
         from app.audit.replay import render, replay
 
+        if pool is None and jobs > 1 and len(log.routing) >= PARALLEL_FROM:
+            pool = workers.enter_context(FoldPool(jobs))
         result = replay(log, policy, allow_pending=args.allow_pending, pool=pool)
         _emit(args, result.to_json(limit=args.show), render(result, show=args.show))
         return 0 if result.ok else 1
 
 
 def replay_jobs(requested: int | None) -> int:
-    """``--jobs``: worker processes for the re-derivation (unset: one per core; the
-    replay uses no more than the log has independent routes)."""
+    """``--jobs``: worker processes for the re-derivation (unset: one per core for a log
+    of ``PARALLEL_FROM`` routing records or more; the replay uses no more than the log
+    has independent routes)."""
     if requested is None:
         return os.cpu_count() or 1
     if requested < 1:
@@ -273,8 +282,9 @@ def register(commands: Any) -> None:
         "--jobs",
         type=int,
         metavar="N",
-        help="fold independent routes in N worker processes (default: one per core, at "
-        "most one per route; 1: in this process)",
+        help="fold independent routes in N worker processes (default: one per core for a "
+        f"log of {PARALLEL_FROM:,} routing records or more, at most one per route; "
+        "1: in this process)",
     )
     replay.add_argument("--json", action="store_true", help="one JSON document instead of text")
     replay.set_defaults(run=_guarded(replay_command))
