@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -354,6 +356,15 @@ def test_a_log_of_one_route_is_folded_in_this_process(monkeypatch: pytest.Monkey
     monkeypatch.setattr("app.audit.replay.FoldPool", no_pool)
     report = replay(log, Policy(routing_config(provider("cerebras-x")), params()), jobs=4)
     assert report.ok and report.reproduced == report.recorded >= 40
+
+
+def test_a_worker_imports_the_fold_and_no_broker_client() -> None:
+    code = "import app.audit.replay_worker, json, sys; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    loaded = set(json.loads(out.stdout))
+    assert "app.routing.driver" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in {"aiokafka", "faust", "agents"}}
+    assert not loaded & {"app.audit.log", "app.audit.replay", "app.cli", "app.kafka"}
 
 
 def test_replay_with_jobs_stops_every_worker_it_starts(recorded: RecordedLog) -> None:

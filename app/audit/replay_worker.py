@@ -9,7 +9,8 @@ its id and the index of the event that made it, so the parent can put everything
 back in log order and compare it with the recorded text.
 
 This module imports the fold and the event contract only: a worker starts in a fresh
-interpreter and imports no broker client, settings or CLI.
+interpreter and imports no broker client, log reader or CLI
+(``tests/test_replay_parallel.py``).
 """
 
 from __future__ import annotations
