@@ -7,18 +7,28 @@ refuses the record's size); only the broker's own trouble (an ``aiokafka``
 error that is not about the record's size) is raised, so that the record is read
 again rather than lost. Log lines about a record name its reason and position,
 never its content.
+
+A record is acked once the broker has what ingest sent for it (the accepted request,
+or the dead letter), in offset order (:mod:`agents.acks`): a send that fails later (a
+broker stalled past the producer's timeout) leaves its record unacked and stops the
+agent, so that the record is read again rather than acked and lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
+from typing import Any, cast
 
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 from faust import StreamT
 from faust.types import EventT
 
 from agents import replies
+from agents.acks import InOrderAcks
 from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
 from app import metrics
 from app.events import DeadLetter, LogPosition, RequestAccepted
@@ -45,14 +55,50 @@ def where(source: LogPosition) -> str:
     return f"{source.topic}/{source.partition}@{source.offset}"
 
 
+#: Acks under way (a reference each, until done).
+_acking: set[asyncio.Future[Any]] = set()
+
+
+class SendFailed(RuntimeError):
+    """What ingest sent for a record was not delivered: the record must be read again."""
+
+
 @app.agent(requests_topic)
 async def ingest(stream: StreamT[bytes]) -> None:
-    async for event in stream.events():
-        await ingest_one(event.value, position_of(event), log_time(event))
+    manual: Any = cast(Any, stream).noack()  # acked once the broker has what was sent
+    await forward_all(manual.events(), manual.ack)
 
 
-async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> None:
-    """Forward one record to the routing log, or dead-letter it. Raises only for the broker."""
+async def forward_all(events: AsyncIterator[Any], ack: Callable[[Any], Awaitable[Any]]) -> None:
+    """Ingest each event; ack it, in offset order, once what was sent for it is delivered."""
+    acks = InOrderAcks(ack)
+    metrics.ACKS_HELD.labels(agent="ingest").set_function(acks.held)
+    failed: list[BaseException] = []
+    async for event in events:
+        if failed:  # its record and those after it stay unacked: read again
+            raise SendFailed("a record's forward was not delivered") from failed[0]
+        acks.received(event)
+        sent = await ingest_one(event.value, position_of(event), log_time(event))
+        sent.add_done_callback(partial(_delivered, acks, event, failed))
+
+
+def _delivered(
+    acks: InOrderAcks, event: Any, failed: list[BaseException], sent: asyncio.Future[Any]
+) -> None:
+    problem = sent.exception() if not sent.cancelled() else asyncio.CancelledError()
+    if problem is None:
+        acking = asyncio.ensure_future(acks.done(event))
+        _acking.add(acking)
+        acking.add_done_callback(_acking.discard)
+        return
+    failed.append(problem)
+    log.error("record %s: not delivered (%s); it is read again", where(position_of(event)),
+              type(problem).__name__)  # fmt: skip
+
+
+async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> asyncio.Future[Any]:
+    """Forward one record to the routing log, or dead-letter it; the delivery of what was
+    sent. Raises only for the broker."""
     raw = raw or b""
     try:
         rejected = await _forward(raw, source, when)
@@ -62,14 +108,18 @@ async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> 
         reason = "oversized" if isinstance(exc, SIZE_ERRORS) else "internal"
         log.warning("record %s: %s (%s)", where(source), reason, type(exc).__name__)
         rejected = _dead_letter(reason, type(exc).__name__, raw, source, when)
-    if rejected is not None:
-        await _publish_dead_letter(rejected)
-        reply = refusal_reply(raw, rejected, settings.max_request_bytes)
-        if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
-            replies.send_response(*reply)
+    if not isinstance(rejected, DeadLetter):
+        return rejected
+    sent = await _publish_dead_letter(rejected)
+    reply = refusal_reply(raw, rejected, settings.max_request_bytes)
+    if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
+        replies.send_response(*reply)
+    return sent
 
 
-async def _forward(raw: bytes, source: LogPosition, when: datetime) -> DeadLetter | None:
+async def _forward(
+    raw: bytes, source: LogPosition, when: datetime
+) -> DeadLetter | asyncio.Future[Any]:
     """Send the record on when it is accepted; the dead letter when it is not."""
     result = accept(
         raw,
@@ -86,7 +136,7 @@ async def _forward(raw: bytes, source: LogPosition, when: datetime) -> DeadLette
     return await _send_accepted(result, raw)
 
 
-async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | None:
+async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | asyncio.Future[Any]:
     accepted = accepted.model_copy(update={"ingested_at": datetime.now(UTC)})
     value = encode_accepted(
         accepted,
@@ -96,9 +146,9 @@ async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | 
     )
     if isinstance(value, DeadLetter):
         return value
-    await routing_log.send(key=accepted.route.encode(), value=value)
+    sent = await routing_log.send(key=accepted.route.encode(), value=value)
     metrics.REQUESTS.labels(result="accepted").inc()
-    return None
+    return sent
 
 
 def _dead_letter(
@@ -107,11 +157,11 @@ def _dead_letter(
     return dead_letter(reason, detail, raw, source, when, settings.deadletter_max_bytes)
 
 
-async def _publish_dead_letter(letter: DeadLetter) -> None:
+async def _publish_dead_letter(letter: DeadLetter) -> asyncio.Future[Any]:
     metrics.REQUESTS.labels(result=letter.reason).inc()
     log.info("dead-lettered %s: %s", where(letter.source), letter.reason)
     try:
         value = letter.model_dump_json()
     except ValueError:  # a detail that does not serialise: the bytes still go
         value = letter.model_copy(update={"detail": "(detail not serialisable)"}).model_dump_json()
-    await deadletter_topic.send(key=letter.id.encode(), value=value)
+    return await deadletter_topic.send(key=letter.id.encode(), value=value)

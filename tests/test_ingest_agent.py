@@ -8,9 +8,11 @@ No broker here: the topics are fakes, ``accept`` is the real one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -118,3 +120,81 @@ async def test_the_broker_s_own_trouble_is_raised_not_dead_lettered(
     with pytest.raises(KafkaConnectionError):
         await ingest.ingest_one(request(), WHERE, WHEN)
     assert topics["deadletter_topic"].sent == []
+
+
+class Event:
+    def __init__(self, offset: int, raw: bytes) -> None:
+        self.value = raw
+        self.message = type(
+            "M", (), {"topic": "llm.requests", "partition": 0, "offset": offset, "timestamp": 1.0}
+        )()
+
+
+class Deferred:
+    """A routing log whose deliveries the test settles."""
+
+    def __init__(self) -> None:
+        self.pending: list[asyncio.Future[None]] = []
+
+    async def send(self, *, key: bytes, value: str | bytes) -> asyncio.Future[None]:
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.pending.append(sent)
+        return sent
+
+
+async def _events(raws: list[bytes]) -> AsyncIterator[Event]:
+    for offset, raw in enumerate(raws):
+        yield Event(offset, raw)
+        await asyncio.sleep(0)
+
+
+def _requests(count: int) -> list[bytes]:
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    return [json.dumps({**body, "request_id": f"r{i}"}).encode() for i in range(count)]
+
+
+async def test_a_record_is_acked_in_order_once_its_forward_is_delivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = Deferred()
+    monkeypatch.setattr(ingest, "routing_log", log)
+    monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
+    acked: list[int] = []
+
+    async def ack(event: Event) -> None:
+        acked.append(event.message.offset)
+
+    await ingest.forward_all(_events(_requests(3)), ack)
+    assert acked == [] and len(log.pending) == 3  # sent, not delivered: nothing acked
+    log.pending[1].set_result(None)
+    await asyncio.sleep(0.01)
+    assert acked == []  # the first is still in flight
+    log.pending[0].set_result(None)
+    log.pending[2].set_result(None)
+    await asyncio.sleep(0.01)
+    assert acked == [0, 1, 2]
+
+
+async def test_a_forward_not_delivered_is_never_acked_and_stops_ingest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = Deferred()
+    monkeypatch.setattr(ingest, "routing_log", log)
+    monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
+    acked: list[int] = []
+
+    async def ack(event: Event) -> None:
+        acked.append(event.message.offset)
+
+    async def events() -> AsyncIterator[Event]:
+        raws = _requests(3)
+        yield Event(0, raws[0])
+        yield Event(1, raws[1])
+        log.pending[0].set_exception(KafkaConnectionError())  # the broker never had it
+        log.pending[1].set_result(None)
+        await asyncio.sleep(0.01)
+        yield Event(2, raws[2])
+
+    with pytest.raises(ingest.SendFailed):
+        await ingest.forward_all(events(), ack)
+    assert acked == []  # the failed record and those after it: read again
