@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+from aiohttp import web
 
 from app.client import RequestPublisher, TopicFollower
 from app.embedded.stack import EmbeddedStack
+from app.gateway.run import RunningGateway, start_gateway
 
 MALFORMED: list[tuple[bytes, str]] = [
     (b"{not json", "not_json"),
@@ -151,3 +156,38 @@ async def switchyard(stack: EmbeddedStack, *args: str) -> tuple[int, str]:
         timeout=120,
     )
     return done.returncode, done.stdout.decode()
+
+
+@contextlib.asynccontextmanager
+async def provider_and_gateway(
+    broker: Any,
+    routes: list[tuple[str, Any]],
+    providers_yaml: Callable[[str], str],
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[tuple[EmbeddedStack, RunningGateway]]:
+    """A provider serving ``routes`` (POST path, handler) on 127.0.0.1, a one-worker stack
+    routing to it by ``providers_yaml(its base URL)``, and a gateway in front; all stopped
+    at the end."""
+    app = web.Application()
+    for path, handler in routes:
+        app.router.add_post(path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    stack = EmbeddedStack(
+        broker=broker,
+        namespace=f"p{uuid.uuid4().hex[:8]}",
+        providers_yaml=lambda _: providers_yaml(base_url),
+        env=env,
+    )
+    try:
+        await stack.start(workers=1)
+        gateway = await start_gateway(stack.gateway_settings())
+        try:
+            yield stack, gateway
+        finally:
+            await gateway.stop()
+    finally:
+        await stack.stop()
+        await runner.cleanup()

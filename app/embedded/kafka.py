@@ -21,12 +21,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent
+from app.embedded.lifetime import Started, die_with_parent
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient
@@ -221,7 +220,7 @@ SMALL_SERVER_SETTINGS: tuple[str, ...] = (
 )
 
 
-class KafkaBroker:
+class KafkaBroker(Started):
     """Apache Kafka in KRaft mode (controller+broker) on loopback; the EmbeddedBroker interface."""
 
     is_tansu = False
@@ -313,28 +312,6 @@ class KafkaBroker:
     def resume(self) -> None:
         if self._process is not None:
             self._process.send_signal(18)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> KafkaBroker:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

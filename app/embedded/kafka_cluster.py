@@ -25,7 +25,6 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from app.embedded.broker import free_port
@@ -41,7 +40,7 @@ from app.embedded.kafka import (
     spawn_jvm,
     stop_process,
 )
-from app.embedded.lifetime import die_with_parent
+from app.embedded.lifetime import Started, die_with_parent
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient
@@ -153,7 +152,7 @@ def _distinct_ports(host: str, count: int) -> list[int]:
     return ports
 
 
-class KafkaCluster:
+class KafkaCluster(Started):
     """``size`` KRaft nodes on ``host``; the broker interface of :class:`EmbeddedStack`
     (``bootstrap``, ``url``, ``start``, ``stop``, ``resume``, ``is_tansu``)."""
 
@@ -371,27 +370,3 @@ class KafkaCluster:
             await asyncio.sleep(0.5)
         names = ", ".join(f"{s.topic}[{s.partition}]" for s in missing[:5])
         raise TimeoutError(f"node {node_id} not back in the ISR within {timeout_s:g}s: {names}")
-
-    # ------------------------------------------------------------------ context
-
-    def __enter__(self) -> KafkaCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> KafkaCluster:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)

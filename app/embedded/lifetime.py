@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -17,9 +18,35 @@ import os
 import signal
 import sys
 import threading
+from typing import Self
 
 #: linux/prctl.h
 PR_SET_PDEATHSIG = 1
+
+
+class Started:
+    """``with`` and ``async with`` for what ``start()`` starts and ``stop()`` stops (under
+    ``async with`` the blocking calls run in a thread)."""
+
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.to_thread(self.stop)
 
 
 def die_with_parent() -> None:

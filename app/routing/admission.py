@@ -73,27 +73,28 @@ def take_request(
     return _admit(state, accepted, position, policy)
 
 
+def _guardrail_refusal(accepted: RequestAccepted) -> ErrorBody | None:
+    """The 400 of a request a guardrail refuses: the forbidden keyword it contains, or the
+    input rule that blocks it (app/guardrails/); None when none does."""
+    if accepted.guardrail is not None:
+        found = f"contains the forbidden keyword {accepted.guardrail!r}"
+        code = "forbidden_keyword"
+    elif accepted.input_blocked is not None:
+        found, code = f"was blocked by input rule {accepted.input_blocked!r}", "input_blocked"
+    else:
+        return None
+    message = f"refused: the request {found}"
+    return ErrorBody(type="guardrail", message=message, code=code, http_status=400)
+
+
 def _admit(
     state: RouteState, accepted: RequestAccepted, position: int, policy: Policy
 ) -> Step | Blocked:
-    """Seed 000 §9 step 3, before any provider: forbidden keywords, then the tenant's rate."""
+    """Before any provider: forbidden keywords and input rules, then the tenant's rate."""
     request_id = accepted.request.request_id
-    if accepted.guardrail is not None:
-        error = ErrorBody(
-            type="guardrail",
-            message=f"refused: the request contains the forbidden keyword {accepted.guardrail!r}",
-            code="forbidden_keyword",
-            http_status=400,
-        )
-        return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
-    if accepted.input_blocked is not None:
-        error = ErrorBody(
-            type="guardrail",
-            message=f"refused: the request was blocked by input rule {accepted.input_blocked!r}",
-            code="input_blocked",
-            http_status=400,
-        )
-        return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
+    guarded = _guardrail_refusal(accepted)
+    if guarded is not None:
+        return Step(state, responses=[error_response(request_id, 0, state.clock, guarded)])
     limit = tenant_policy(accepted, policy).rate_limit
     tenant = accepted.request.tenant
     if limit is not None and tenant is not None:
