@@ -10,8 +10,10 @@ never its content.
 
 A record is acked once the broker has what ingest sent for it (the accepted request,
 or the dead letter), in offset order (:mod:`agents.acks`): a send that fails later (a
-broker stalled past the producer's timeout) leaves its record unacked and stops the
-agent, so that the record is read again rather than acked and lost.
+broker stalled past the producer's timeout) is sent again, with a growing pause, until
+it is delivered; its record, and every later one of its partition, stays unacked until
+then, so a stop in between reads it again rather than losing it. A copy that reached
+the broker twice is one request: the router folds a source position once.
 """
 
 from __future__ import annotations
@@ -55,12 +57,10 @@ def where(source: LogPosition) -> str:
     return f"{source.topic}/{source.partition}@{source.offset}"
 
 
-#: Acks under way (a reference each, until done).
-_acking: set[asyncio.Future[Any]] = set()
-
-
-class SendFailed(RuntimeError):
-    """What ingest sent for a record was not delivered: the record must be read again."""
+#: Acks and forwards sent again, under way (a reference each, until done).
+_pending: set[asyncio.Future[Any]] = set()
+#: Seconds before a forward that was not delivered is sent again (doubling up to the last).
+RESEND_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 
 
 @app.agent(requests_topic)
@@ -73,27 +73,39 @@ async def forward_all(events: AsyncIterator[Any], ack: Callable[[Any], Awaitable
     """Ingest each event; ack it, in offset order, once what was sent for it is delivered."""
     acks = InOrderAcks(ack)
     metrics.ACKS_HELD.labels(agent="ingest").set_function(acks.held)
-    failed: list[BaseException] = []
     async for event in events:
-        if failed:  # its record and those after it stay unacked: read again
-            raise SendFailed("a record's forward was not delivered") from failed[0]
         acks.received(event)
         sent = await ingest_one(event.value, position_of(event), log_time(event))
-        sent.add_done_callback(partial(_delivered, acks, event, failed))
+        sent.add_done_callback(partial(_delivered, acks, event, 0))
 
 
-def _delivered(
-    acks: InOrderAcks, event: Any, failed: list[BaseException], sent: asyncio.Future[Any]
-) -> None:
+def _delivered(acks: InOrderAcks, event: Any, resent: int, sent: asyncio.Future[Any]) -> None:
+    """Ack a delivered forward; send one that was not delivered again (its record stays
+    unacked, and so does every later one of its partition, until it is)."""
     problem = sent.exception() if not sent.cancelled() else asyncio.CancelledError()
     if problem is None:
-        acking = asyncio.ensure_future(acks.done(event))
-        _acking.add(acking)
-        acking.add_done_callback(_acking.discard)
+        _keep(asyncio.ensure_future(acks.done(event)))
         return
-    failed.append(problem)
-    log.error("record %s: not delivered (%s); it is read again", where(position_of(event)),
-              type(problem).__name__)  # fmt: skip
+    wait = RESEND_BACKOFF_S[min(resent, len(RESEND_BACKOFF_S) - 1)]
+    log.warning("record %s: not delivered (%s); sent again in %gs", where(position_of(event)),
+                type(problem).__name__, wait)  # fmt: skip
+    _keep(asyncio.ensure_future(_forward_again(acks, event, resent + 1, wait)))
+
+
+async def _forward_again(acks: InOrderAcks, event: Any, resent: int, wait: float) -> None:
+    await asyncio.sleep(wait)
+    try:
+        sent = await ingest_one(event.value, position_of(event), log_time(event))
+    except Exception as exc:  # the broker's trouble again: later
+        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        failed.set_exception(exc)
+        sent = failed
+    sent.add_done_callback(partial(_delivered, acks, event, resent))
+
+
+def _keep(task: asyncio.Future[Any]) -> None:
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
 
 
 async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> asyncio.Future[Any]:

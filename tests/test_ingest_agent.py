@@ -182,23 +182,22 @@ async def test_a_record_is_acked_in_order_once_its_forward_is_delivered(
     assert acked == [0, 1, 2]
 
 
-async def test_a_forward_not_delivered_is_never_acked_and_stops_ingest(
+async def test_a_forward_not_delivered_is_sent_again_and_acked_once_delivered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     log = Deferred()
     monkeypatch.setattr(ingest, "routing_log", log)
     monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
+    monkeypatch.setattr(ingest, "RESEND_BACKOFF_S", (0.01,))
     acked, ack = _recorder()
-
-    async def events() -> AsyncIterator[Event]:
-        raws = _requests(3)
-        yield Event(0, raws[0])
-        yield Event(1, raws[1])
-        log.pending[0].set_exception(KafkaConnectionError())  # the broker never had it
-        log.pending[1].set_result(None)
-        await asyncio.sleep(0.01)
-        yield Event(2, raws[2])
-
-    with pytest.raises(ingest.SendFailed):
-        await ingest.forward_all(events(), ack)
-    assert acked == []  # the failed record and those after it: read again
+    await ingest.forward_all(_events(_requests(2)), ack)
+    log.pending[0].set_exception(KafkaConnectionError())  # the broker never had it
+    log.pending[1].set_result(None)
+    await asyncio.sleep(0.05)
+    assert acked == [] and len(log.pending) == 3  # sent again; nothing acked past it
+    log.pending[2].set_exception(KafkaConnectionError())  # and again
+    await asyncio.sleep(0.05)
+    assert acked == [] and len(log.pending) == 4
+    log.pending[3].set_result(None)
+    await asyncio.sleep(0.05)
+    assert acked == [0, 1]
