@@ -9,12 +9,14 @@ worker does (``switchyard worker``: app/cli.py imports the agents): nothing unde
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from typing import Any, cast
 
 import faust
+from aiokafka.errors import KafkaTimeoutError
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
@@ -26,6 +28,8 @@ from app.embedded.lifetime import exit_after
 from app.kafka import faust_security
 from app.settings import Settings, get_settings
 from app.web_auth import faust_web_options
+
+log = logging.getLogger(__name__)
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -129,7 +133,14 @@ class Publisher:
     """Writes records to one topic with the worker's producer, without Faust's channel
     layer (its ``FutureMessage``, codecs and per-send sensors): one record sent by
     ``Topic.send`` cost 65-71 µs of CPU here, 28-32 µs this way (``switchyard bench
-    record_cost``). ``send`` returns the record's delivery future, as ``Topic.send`` does.
+    record_cost``).
+
+    ``send`` returns the future of the record's delivery. A send the producer gives up on
+    for a passing reason (a broker stalled past the producer's request timeout, a leader
+    moving) is sent again, after a growing pause, until a copy is delivered: what waits
+    on the future (the router's row, an ack) waits with it, and nothing is dropped. A copy
+    that reached the broker twice is the same record twice (consumers take a record id
+    once). A send refused for the record itself (its size) fails the future.
     """
 
     __slots__ = ("name", "on_delivered")
@@ -155,17 +166,65 @@ class Publisher:
             "asyncio.Future[Any]",
             await app.producer.send(self.name, key, data, partition, None, headers),
         )
-        if self.on_delivered is not None:
-            sent.add_done_callback(partial(_report_delivery, self.on_delivered, data))
-        return sent
+        delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        record = _Record(self, key, data, partition, headers, delivered)
+        sent.add_done_callback(record.settle)
+        return delivered
 
 
-def _report_delivery(
-    report: Callable[[int, int, bytes], None], value: bytes, sent: asyncio.Future[Any]
-) -> None:
-    if not sent.cancelled() and sent.exception() is None:
-        metadata = sent.result()
-        report(metadata.partition, metadata.offset, value)
+#: Seconds before a record the producer gave up on is sent again (doubling up to the last).
+RESEND_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+#: Sends under way again (a reference each, until done).
+_resending: set[asyncio.Future[Any]] = set()
+
+
+def resendable(problem: BaseException) -> bool:
+    """A send failure that passes: the broker's or the network's, not the record's."""
+    return bool(getattr(problem, "retriable", False)) or isinstance(problem, KafkaTimeoutError)
+
+
+@dataclass(slots=True)
+class _Record:
+    publisher: Publisher
+    key: bytes | None
+    data: bytes
+    partition: int | None
+    headers: list[tuple[str, bytes]] | None
+    delivered: asyncio.Future[Any]
+    resent: int = 0
+
+    def settle(self, sent: asyncio.Future[Any]) -> None:
+        if self.delivered.done():
+            return
+        problem = asyncio.CancelledError() if sent.cancelled() else sent.exception()
+        if problem is None:
+            metadata = sent.result()
+            self.delivered.set_result(metadata)
+            report = self.publisher.on_delivered
+            if report is not None:
+                report(metadata.partition, metadata.offset, self.data)
+        elif resendable(problem):
+            wait = RESEND_BACKOFF_S[min(self.resent, len(RESEND_BACKOFF_S) - 1)]
+            log.warning("a record of %s was not delivered (%s); sent again in %gs",
+                        self.publisher.name, type(problem).__name__, wait)  # fmt: skip
+            again = asyncio.ensure_future(self._again(wait))
+            _resending.add(again)
+            again.add_done_callback(_resending.discard)
+        else:
+            self.delivered.set_exception(problem)
+
+    async def _again(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self.resent += 1
+        name = self.publisher.name
+        try:
+            sent = await app.producer.send(
+                name, self.key, self.data, self.partition, None, self.headers
+            )
+        except Exception as exc:  # the producer refused it now: the same rules
+            sent = asyncio.get_running_loop().create_future()
+            sent.set_exception(exc)
+        cast("asyncio.Future[Any]", sent).add_done_callback(self.settle)
 
 
 #: Topics agents read (Faust topics), then the worker's writers (one per topic it writes).

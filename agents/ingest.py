@@ -9,11 +9,12 @@ again rather than lost. Log lines about a record name its reason and position,
 never its content.
 
 A record is acked once the broker has what ingest sent for it (the accepted request,
-or the dead letter), in offset order (:mod:`agents.acks`): a send that fails later (a
-broker stalled past the producer's timeout) is sent again, with a growing pause, until
-it is delivered; its record, and every later one of its partition, stays unacked until
-then, so a stop in between reads it again rather than losing it. A copy that reached
-the broker twice is one request: the router folds a source position once.
+or the dead letter), in offset order (:mod:`agents.acks`): a send that fails for a
+passing reason (a broker stalled past the producer's timeout) is sent again until it is
+delivered (:class:`agents.app.Publisher`), and its record, with every later one of its
+partition, stays unacked until then, so a stop in between reads it again rather than
+losing it. A copy that reached the broker twice is one request: the router folds a
+source position once.
 """
 
 from __future__ import annotations
@@ -57,10 +58,8 @@ def where(source: LogPosition) -> str:
     return f"{source.topic}/{source.partition}@{source.offset}"
 
 
-#: Acks and forwards sent again, under way (a reference each, until done).
+#: Acks and dead letters under way (a reference each, until done).
 _pending: set[asyncio.Future[Any]] = set()
-#: Seconds before a forward that was not delivered is sent again (doubling up to the last).
-RESEND_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 
 
 @app.agent(requests_topic)
@@ -76,31 +75,33 @@ async def forward_all(events: AsyncIterator[Any], ack: Callable[[Any], Awaitable
     async for event in events:
         acks.received(event)
         sent = await ingest_one(event.value, position_of(event), log_time(event))
-        sent.add_done_callback(partial(_delivered, acks, event, 0))
+        sent.add_done_callback(partial(_delivered, acks, event))
 
 
-def _delivered(acks: InOrderAcks, event: Any, resent: int, sent: asyncio.Future[Any]) -> None:
-    """Ack a delivered forward; send one that was not delivered again (its record stays
-    unacked, and so does every later one of its partition, until it is)."""
+def _delivered(acks: InOrderAcks, event: Any, sent: asyncio.Future[Any]) -> None:
+    """Ack a delivered forward. One the broker refused for the record itself (the
+    publisher sends passing failures again) is dead-lettered instead, then acked."""
     problem = sent.exception() if not sent.cancelled() else asyncio.CancelledError()
     if problem is None:
         _keep(asyncio.ensure_future(acks.done(event)))
-        return
-    wait = RESEND_BACKOFF_S[min(resent, len(RESEND_BACKOFF_S) - 1)]
-    log.warning("record %s: not delivered (%s); sent again in %gs", where(position_of(event)),
-                type(problem).__name__, wait)  # fmt: skip
-    _keep(asyncio.ensure_future(_forward_again(acks, event, resent + 1, wait)))
+    else:
+        _keep(asyncio.ensure_future(_dead_letter_instead(acks, event, problem)))
 
 
-async def _forward_again(acks: InOrderAcks, event: Any, resent: int, wait: float) -> None:
-    await asyncio.sleep(wait)
+async def _dead_letter_instead(acks: InOrderAcks, event: Any, problem: BaseException) -> None:
+    source = position_of(event)
+    reason = "oversized" if isinstance(problem, SIZE_ERRORS) else "internal"
+    log.warning("record %s: %s (%s, after the send)", where(source), reason, type(problem).__name__)
+    letter = _dead_letter(
+        reason, type(problem).__name__, event.value or b"", source, log_time(event)
+    )
     try:
-        sent = await ingest_one(event.value, position_of(event), log_time(event))
-    except Exception as exc:  # the broker's trouble again: later
-        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        failed.set_exception(exc)
-        sent = failed
-    sent.add_done_callback(partial(_delivered, acks, event, resent))
+        sent = await _publish_dead_letter(letter)
+        await sent
+    except Exception as exc:  # nothing more can be done with it: logged, then acked
+        log.error("record %s: its dead letter was not delivered (%s)", where(source),
+                  type(exc).__name__)  # fmt: skip
+    await acks.done(event)
 
 
 def _keep(task: asyncio.Future[Any]) -> None:

@@ -182,22 +182,19 @@ async def test_a_record_is_acked_in_order_once_its_forward_is_delivered(
     assert acked == [0, 1, 2]
 
 
-async def test_a_forward_not_delivered_is_sent_again_and_acked_once_delivered(
+async def test_a_forward_the_broker_refuses_is_dead_lettered_then_acked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    log = Deferred()
+    log, letters = Deferred(), Deferred()
     monkeypatch.setattr(ingest, "routing_log", log)
+    monkeypatch.setattr(ingest, "deadletter_topic", letters)
     monkeypatch.setattr(ingest, "policy_holder", lambda: Holder())
-    monkeypatch.setattr(ingest, "RESEND_BACKOFF_S", (0.01,))
     acked, ack = _recorder()
     await ingest.forward_all(_events(_requests(2)), ack)
-    log.pending[0].set_exception(KafkaConnectionError())  # the broker never had it
+    log.pending[0].set_exception(MessageSizeTooLargeError())  # the record itself
     log.pending[1].set_result(None)
-    await asyncio.sleep(0.05)
-    assert acked == [] and len(log.pending) == 3  # sent again; nothing acked past it
-    log.pending[2].set_exception(KafkaConnectionError())  # and again
-    await asyncio.sleep(0.05)
-    assert acked == [] and len(log.pending) == 4
-    log.pending[3].set_result(None)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.01)
+    assert acked == [] and len(letters.pending) == 1  # its dead letter, not acked yet
+    letters.pending[0].set_result(None)
+    await asyncio.sleep(0.01)
     assert acked == [0, 1]
