@@ -20,7 +20,7 @@ Action = Literal["block", "redact", "flag"]
 
 
 class RuleSpec(Protocol):
-    """What a configured rule says (``app.config.OutputGuardrail``)."""
+    """What a configured rule says (``app.guardrails.config.GuardrailRule``)."""
 
     @property
     def name(self) -> str: ...
