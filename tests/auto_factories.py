@@ -10,9 +10,8 @@ from typing import Any
 
 from factories import T0, params
 from log_harness import Log
+from log_harness import replayed as replayed
 
-from app.audit.log import RecordedLog, parse
-from app.audit.replay import ReplayReport, replay
 from app.config import RoutingConfig, parse_config
 from app.events import (
     AttemptFinished,
@@ -126,15 +125,3 @@ class CacheLog(Log):
         tokens = self.cached(dispatch.decision) if ok else 0
         outcome = event.outcome.model_copy(update={"tokens_in": 2000, "tokens_cached": tokens})
         return event.model_copy(update={"outcome": outcome})
-
-
-def replayed(log: Log, policy: Policy) -> ReplayReport:
-    """The log's routing events re-derived and compared with its decisions and responses."""
-    recorded = RecordedLog("test")
-    for offset, event in sorted(log.events.items()):
-        recorded.routing.append(parse("routing", 0, offset, event.model_dump_json()))
-    for n, decision in enumerate(log.decisions):
-        recorded.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
-    for n, response in enumerate(log.responses):
-        recorded.responses.append(parse("responses", 0, n, response.model_dump_json()))
-    return replay(recorded, policy)

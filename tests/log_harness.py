@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 
 from factories import T0, outcome
 
+from app.audit.log import RecordedLog, parse
+from app.audit.replay import replay
+from app.audit.replay_report import ReplayReport
 from app.events import (
     AttemptFinished,
     Decision,
@@ -109,3 +112,15 @@ class Log:
 
 def tick(t: float, route: str = "chat") -> RouteTick:
     return RouteTick(id=derived_id("tick", route, t), occurred_at=at(t), route=route)
+
+
+def replayed(log: Log, policy: Policy) -> ReplayReport:
+    """The log's routing events re-derived and compared with its decisions and responses."""
+    recorded = RecordedLog("test")
+    for offset, event in sorted(log.events.items()):
+        recorded.routing.append(parse("routing", 0, offset, event.model_dump_json()))
+    for n, decision in enumerate(log.decisions):
+        recorded.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
+    for n, response in enumerate(log.responses):
+        recorded.responses.append(parse("responses", 0, n, response.model_dump_json()))
+    return replay(recorded, policy)

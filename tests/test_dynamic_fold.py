@@ -7,10 +7,8 @@ from typing import Any
 
 import pytest
 from factories import T0, accepted, params, provider
-from log_harness import Log, always
+from log_harness import Log, always, replayed
 
-from app.audit.log import RecordedLog, parse
-from app.audit.replay import replay
 from app.config import ConfigError, RouteConfig, RoutingConfig, parse_config
 from app.events import Decision, RequestAccepted, RoutingLogEvent, StatusClass
 from app.routing.policy import Policy
@@ -183,14 +181,7 @@ def test_a_log_with_dynamic_routes_replays_exactly() -> None:
     driver = None
     for event in events:
         driver = log.run([event], driver)
-    recorded = RecordedLog("test")
-    for offset, event in sorted(log.events.items()):
-        recorded.routing.append(parse("routing", 0, offset, event.model_dump_json()))
-    for n, decision in enumerate(log.decisions):
-        recorded.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
-    for n, response in enumerate(log.responses):
-        recorded.responses.append(parse("responses", 0, n, response.model_dump_json()))
-    report = replay(recorded, policy)
+    report = replayed(log, policy)
     assert report.ok and report.mismatched == 0
     assert report.reproduced == len(log.decisions) > 40
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from log_harness import Log
+from log_harness import Log, replayed
 
-from app.audit.log import RecordedLog, parse
-from app.audit.replay import replay
 from app.config import parse_config
 from app.events import Decision, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
@@ -99,14 +97,7 @@ def test_a_log_using_every_rule_replays_exactly() -> None:
     reasons = {e.reason for d in log.decisions for e in d.excluded}
     assert {"model_not_allowed", "provider_ignored", "region_not_allowed"} <= reasons
     assert {d.route for d in log.decisions} >= {"chat", "eu", "us"}
-    recorded = RecordedLog("test")
-    for offset, event in sorted(log.events.items()):
-        recorded.routing.append(parse("routing", 0, offset, event.model_dump_json()))
-    for n, decision in enumerate(log.decisions):
-        recorded.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
-    for n, response in enumerate(log.responses):
-        recorded.responses.append(parse("responses", 0, n, response.model_dump_json()))
-    report = replay(recorded, POLICY)
+    report = replayed(log, POLICY)
     assert report.ok and report.mismatched == 0
     assert report.reproduced == len(log.decisions) > 40
     assert report.responses_reproduced == len(log.responses) == 48

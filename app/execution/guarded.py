@@ -1,5 +1,5 @@
-"""The output guardrails on one call's answer (app/guardrails/): which rules apply to a
-request, and the call's result as they leave it.
+"""The output guardrails on one call's answer (app/guardrails/): the call's result as
+the rules that apply to its request (``app.guardrails.rules_for``) leave it.
 
 A successful answer is screened choice by choice: a ``block`` rule turns the result
 into a final ``client_error`` (``output_blocked: rule NAME``, neutral for the
