@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaTimeoutError
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
-from agents import fast_delivery, seek_start
+from agents import fast_delivery, seek_start, transactions
 from agents.flow_control import LiveFlowControl
 from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
@@ -32,12 +32,14 @@ from app.web_auth import faust_web_options
 log = logging.getLogger(__name__)
 
 
-def build_app(settings: Settings) -> faust.App:
+def build_app(settings: Settings) -> SwitchyardApp:
     seek_start.install()
     if settings.tansu_compat:
         tansu.install()
     if settings.fast_delivery:
         fast_delivery.install()
+    if settings.exactly_once:
+        transactions.read_committed()
     return SwitchyardApp(
         settings.app_id,
         broker=settings.broker,
@@ -64,7 +66,9 @@ def build_app(settings: Settings) -> faust.App:
         # Room for the largest request's envelopes (Settings.max_record_bytes): Faust's
         # default, 1,000,000, refused a valid 999.7 KB request's RequestAccepted.
         producer_max_request_size=settings.producer_max_request_size,
-        # At-least-once: Tansu has no transactions, and every update is idempotent.
+        # Faust's own guarantee stays at-least-once (every update is idempotent); with
+        # SWITCHYARD_EXACTLY_ONCE the router's and the calls' writes are transactions of
+        # their own (agents/transactions.py).
         processing_guarantee="at_least_once",
         # Do not wait, on a rebalance or a stop, for the events agents have not acked:
         # the router acks an event only once a written row includes it, and writes rows
@@ -80,11 +84,24 @@ def build_app(settings: Settings) -> faust.App:
 
 class SwitchyardApp(faust.App):
     """Faust's app with a flow control that does not drop a running flow's records on a
-    rebalance (agents/flow_control.py)."""
+    rebalance (agents/flow_control.py), and hooks that run when an assignment arrives,
+    before Faust's own handling (the tables' restore) starts."""
+
+    #: Told each assignment first (agents/exactly_once.py fences there).
+    before_assignment: list[Callable[[set[Any]], Awaitable[None]]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.before_assignment = []
 
     @cached_property
     def flow_control(self) -> FlowControlEvent:
         return LiveFlowControl(loop=self.loop)
+
+    async def _on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
+        for hook in self.before_assignment:
+            await hook(assigned)
+        await super()._on_partitions_assigned(assigned, generation_id)
 
 
 class SwitchyardWorker(faust.Worker):

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from agents import replies
+from agents import exactly_once, replies
 from agents.app import (
     app,
     outcomes_topic,
@@ -91,8 +91,12 @@ def too_late(dispatch: Dispatch, now: float) -> bool:
     return now > dispatch.deadline + LOST_ATTEMPT_GRACE_S / 2
 
 
-async def run_dispatch(dispatch: Dispatch) -> None:
-    """Call, publish the outcome and the feedback (and the answer when this is it)."""
+async def run_dispatch(dispatch: Dispatch, partition: int | None = None) -> None:
+    """Call, publish the outcome and the feedback (and the answer when this is it).
+
+    ``partition`` (exactly-once): the routing partition whose transaction writes them;
+    :class:`agents.transactions.NotCommitted` when it could not (no answer is sent then).
+    """
     provider = _provider_of(dispatch)
     rules = _output_rules(dispatch)
     sink = None if provider is None else _delta_publisher(dispatch, provider, rules)
@@ -111,7 +115,7 @@ async def run_dispatch(dispatch: Dispatch) -> None:
             provider = _removed_provider(dispatch.decision.provider)
         sealed = _seal(dispatch, result, provider)
         await _end_stream(sink, sealed, before_publish=True)
-        await _publish(sealed)
+        await _publish(sealed, partition)
         await _end_stream(sink, sealed, before_publish=False)
     finally:
         if sink is not None:
@@ -302,11 +306,15 @@ async def _call(
     )
 
 
-async def _publish(sealed: Sealed) -> None:
+async def _publish(sealed: Sealed, partition: int | None = None) -> None:
     """The answer when this is it, the outcome for analysts, and the feedback the router
-    folds (and answers failures from)."""
+    folds (and answers failures from); in one transaction of the routing partition's
+    when it is given (exactly-once)."""
     outcome = sealed.outcome
     key = outcome.request_id.encode()
+    if partition is not None:
+        await _commit(sealed, partition)
+        return
     answer = None
     if sealed.response is not None:
         answer = await responses_topic.send(key=key, value=sealed.response.model_dump_json())
@@ -319,6 +327,23 @@ async def _publish(sealed: Sealed) -> None:
     await delivered
     if answer is not None:
         await answer
+
+
+async def _commit(sealed: Sealed, partition: int) -> None:
+    writer = await exactly_once.call_writers.get(partition)
+    outcome = sealed.outcome
+    key = outcome.request_id.encode()
+    written = []
+    if sealed.response is not None:
+        value = sealed.response.model_dump_json()
+        written.append(writer.send(responses_topic.name, key, value))
+    written.append(writer.send(outcomes_topic.name, key, outcome.model_dump_json()))
+    written.append(writer.send(routing_log.name, outcome.route.encode(), sealed.feedback))
+    await writer.commit()
+    for record in written:
+        await record  # NotCommitted when a stop or a fence took the transaction
+    if sealed.response is not None:
+        metrics.RESPONSES.labels(status="ok", source="executor").inc()
 
 
 def _removed_provider(provider_id: str) -> ProviderConfig:

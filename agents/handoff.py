@@ -33,12 +33,14 @@ from typing import Any, cast
 from faust import StreamT
 from pydantic import ValidationError
 
+from agents import exactly_once
 from agents.acks import InOrderAcks
 from agents.app import app, dispatch_log, dispatch_topic, settings, spill_log, spill_topic
 from agents.executor import run_dispatch
+from agents.transactions import NotCommitted, Sender, direct
 from app import metrics
 from app.events import Dispatch
-from app.routing.state import attempt_key
+from app.routing.state import RouteState, attempt_key
 from tables.routing import load_route_state
 
 log = logging.getLogger(__name__)
@@ -61,13 +63,19 @@ _spilled: set[asyncio.Task[None]] = set()
 DISPATCH_ID_HEADER = "switchyard-dispatch-id"
 
 
-async def hand_off(dispatch: Dispatch) -> asyncio.Future[Any]:
+async def hand_off(dispatch: Dispatch, send: Sender = direct) -> asyncio.Future[Any]:
     """Call here at once (the record, keyed by route, covers a crash), or spill the call to
-    any worker when this one has no room. Returns the record's delivery future."""
+    any worker when this one has no room. Returns the record's delivery future.
+
+    Exactly-once (``send`` into the router's transaction): only the record; the call
+    starts once the hand-off agent reads it committed (:func:`_take_committed`).
+    """
     value = dispatch.model_dump_json()
+    headers = [(DISPATCH_ID_HEADER, dispatch.id.encode())]
+    key = dispatch.decision.route.encode()
+    if exactly_once.ON:
+        return await send(dispatch_log, key, value, headers)
     if has_room():
-        headers = [(DISPATCH_ID_HEADER, dispatch.id.encode())]
-        key = dispatch.decision.route.encode()
         sent = await dispatch_log.send(key=key, value=value, headers=headers)
         launch(dispatch)
         return sent
@@ -87,24 +95,29 @@ def has_room() -> bool:
     return len(_running) < settings.executor_concurrency
 
 
-def launch(dispatch: Dispatch) -> asyncio.Task[None]:
-    """Start the attempt's call in this process."""
-    task = asyncio.ensure_future(_call(dispatch))
+def launch(dispatch: Dispatch, partition: int | None = None) -> asyncio.Task[None]:
+    """Start the attempt's call in this process (``partition``: its routing partition,
+    whose transaction takes its records, exactly-once)."""
+    task = asyncio.ensure_future(_call(dispatch, partition))
     _running[dispatch.id] = task
-    task.add_done_callback(lambda _: _end(dispatch.id))
+    task.add_done_callback(lambda done: _end(dispatch.id, done))
     return task
 
 
-def _end(dispatch_id: str) -> None:
+def _end(dispatch_id: str, task: asyncio.Task[None]) -> None:
     _running.pop(dispatch_id, None)
+    if not task.cancelled() and isinstance(task.exception(), NotCommitted):
+        return  # its records were not written: the call is to be made again
     _ended[dispatch_id] = None
     while len(_ended) > _ENDED_KEPT:
         _ended.popitem(last=False)
 
 
-async def _call(dispatch: Dispatch) -> None:
+async def _call(dispatch: Dispatch, partition: int | None = None) -> None:
     try:
-        await run_dispatch(dispatch)
+        await run_dispatch(dispatch, partition)
+    except NotCommitted:
+        raise  # the task says so: the hand-off makes the call again if it still owns it
     except Exception as exc:  # an attempt that reports nothing expires in the router
         decision = dispatch.decision
         log.error(
@@ -112,9 +125,14 @@ async def _call(dispatch: Dispatch) -> None:
         )
 
 
+#: The route's newest state (the router's, once it is imported: folded, maybe not yet
+#: written), else its row.
+state_of: Callable[[str], RouteState] = load_route_state
+
+
 def _still_open(dispatch: Dispatch) -> bool:
     decision = dispatch.decision
-    state = load_route_state(decision.route)
+    state = state_of(decision.route)
     key = attempt_key(decision.request_id, decision.attempt)
     return key in state.open_attempts  # past its deadline: reported expired, no call
 
@@ -127,6 +145,9 @@ async def handoff(stream: StreamT[bytes]) -> None:
     metrics.ACKS_HELD.labels(agent="handoff").set_function(acks.held)
     async for event in manual.events():
         acks.received(event)
+        if exactly_once.ON:
+            await _take_committed(event, acks)
+            continue
         task = _task_for(event)
         if task is None:
             await acks.done(event)
@@ -149,6 +170,50 @@ def _task_for(event: Any) -> asyncio.Task[None] | None:
     if task is None and dispatch.id not in _ended and _still_open(dispatch):
         task = launch(dispatch)  # decided by a worker that is gone
     return task
+
+
+#: Exactly-once: calls of committed dispatches running at once, at most.
+_slots = asyncio.Semaphore(settings.executor_concurrency)
+
+
+async def _take_committed(event: Any, acks: InOrderAcks) -> None:
+    """Exactly-once: make the call of a committed dispatch record, once the router has
+    caught up with the partition (every feedback an earlier owner committed is folded),
+    if its attempt is still open and its call has not ended here. Acked once the call's
+    records are committed; a call whose records were not is made again."""
+    try:
+        dispatch = Dispatch.model_validate_json(event.value)
+    except ValidationError:
+        log.error("unreadable dispatch at offset %s", event.message.offset)
+        await acks.done(event)
+        return
+    partition = event.message.partition
+    if not await exactly_once.caught_up(partition, dispatch.decision.route):
+        return  # the partition moved: its next owner reads the record again
+    task = _running.get(dispatch.id)
+    if task is None:
+        if dispatch.id in _ended or not _still_open(dispatch):
+            await acks.done(event)
+            return
+        await _slots.acquire()
+        task = launch(dispatch, partition)
+        task.add_done_callback(lambda _: _slots.release())
+    task.add_done_callback(_committed_acker(acks, event))
+
+
+def _committed_acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[None]], None]:
+    """Ack ``event`` once the call's records are committed; take it again if they were not."""
+
+    def ended(task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        again = isinstance(task.exception(), NotCommitted)
+        step = _take_committed(event, acks) if again else acks.done(event)
+        future = asyncio.ensure_future(step)
+        _acking.add(future)
+        future.add_done_callback(_acking.discard)
+
+    return ended
 
 
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers

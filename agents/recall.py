@@ -34,8 +34,18 @@ class RecallFailed(RuntimeError):
 class LogReader:
     """Reads events of one topic by offset. One consumer per process, used under a lock."""
 
-    def __init__(self, bootstrap: str, topic: str, *, tansu: bool, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        tansu: bool,
+        timeout_s: float = 30.0,
+        read_committed: bool = False,
+    ) -> None:
         self.bootstrap = bootstrap
+        #: Exactly-once: records of aborted transactions are not the log's.
+        self.isolation_level = "read_committed" if read_committed else "read_uncommitted"
         self.topic = topic
         self.fetch_wait_ms = fetch_max_wait_ms() if tansu else 100
         self.timeout_s = timeout_s
@@ -76,6 +86,7 @@ class LogReader:
                 bootstrap_servers=self.bootstrap,
                 enable_auto_commit=False,
                 group_id=None,
+                isolation_level=self.isolation_level,
                 fetch_max_wait_ms=self.fetch_wait_ms,
                 max_partition_fetch_bytes=4 * 1024 * 1024,
                 **client_security(),

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -41,7 +41,7 @@ from faust import StreamT
 from faust.types import TP, EventT
 from pydantic import TypeAdapter, ValidationError
 
-from agents import handoff, policy, replies, route_gauges
+from agents import exactly_once, handoff, policy, replies, route_gauges
 from agents.acks import InOrderAcks
 from agents.app import (
     app,
@@ -56,6 +56,7 @@ from agents.ingest import log_time, position_of
 from agents.judge import read_judgement
 from agents.local_log import LocalLog
 from agents.recall import LogReader
+from agents.transactions import NotCommitted, Sender, TransactionalWriter, direct
 from app import metrics
 from app.events import AttemptFinished, RouteTick, RoutingLogEvent, derived_id, route_of
 from app.ingest import dead_letter
@@ -64,7 +65,14 @@ from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
 from app.routing.state import RouteState
 from app.runtime import policy_holder
-from tables.routing import load_route_state, save_route_state
+from tables.routing import (
+    changelog_name,
+    keep_route_state,
+    load_route_state,
+    restored_through,
+    row_record,
+    save_route_state,
+)
 
 log = logging.getLogger(__name__)
 _routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
@@ -128,7 +136,7 @@ class Pipeline:
         written.
         """
         route_name = await self._fold(parsed, event, offset, partition, raw)
-        return self._write_if_due(partition, len(self.unwritten[route_name]), more)
+        return await self._write_if_due(partition, len(self.unwritten[route_name]), more)
 
     async def fold_local(
         self, parsed: RoutingLogEvent, offset: int, partition: int, raw: bytes
@@ -137,14 +145,16 @@ class Pipeline:
         is written here: that needs a stream context, and the broker's copy will bring one."""
         return await self._fold(parsed, None, offset, partition, raw)
 
-    def delivered_copy(self, event: Any, route_name: str, partition: int, more: bool) -> list[Any]:
+    async def delivered_copy(
+        self, event: Any, route_name: str, partition: int, more: bool
+    ) -> list[Any]:
         """The broker's copy of a record folded from the local log: acked with the row that
         includes it, at once when that row is written already."""
         queue = self.unwritten.get(route_name)
         if not queue:
-            return [event, *self._write_if_due(partition, 0, more)]
+            return [event, *await self._write_if_due(partition, 0, more)]
         queue.append(_Folded(event, queue[-1].state, []))
-        return self._write_if_due(partition, len(queue), more)
+        return await self._write_if_due(partition, len(queue), more)
 
     async def _fold(
         self, parsed: RoutingLogEvent, event: Any, offset: int, partition: int, raw: bytes | None
@@ -165,7 +175,10 @@ class Pipeline:
             )
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
         replies.remember_event(parsed, step.dispatches)  # reply addresses, for errors
-        sends = await _publish(step, _answered(parsed))
+        send: Sender = direct
+        if exactly_once.ON:
+            send = (await _writer(partition)).sender()
+        sends = await _publish(step, _answered(parsed), send)
         self.latest[route_name] = step.state
         self.partition_of[route_name] = partition
         self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
@@ -173,16 +186,39 @@ class Pipeline:
         route_gauges.export(route_name, step)
         return route_name
 
-    def _write_if_due(self, partition: int, pending: int, more: bool) -> list[Any]:
+    async def _write_if_due(self, partition: int, pending: int, more: bool) -> list[Any]:
         """Write the acknowledged rows of the partition's routes, unless the batch goes on
         (``more``, or rows written lately) and the route has fewer than the batch's maximum
         events pending; return the events now safe to ack."""
         if pending < settings.router_batch_max and (more or self._wrote_lately(partition)):
             return []
         self.written_at[partition] = time.monotonic()
+        names = [r for r, p in self.partition_of.items() if p == partition]
+        if exactly_once.ON:
+            return await self._commit(partition, names)
         safe: list[Any] = []
-        for name in [r for r, p in self.partition_of.items() if p == partition]:
+        for name in names:
             safe += self.write_acknowledged(name)
+        return safe
+
+    async def _commit(self, partition: int, names: list[str]) -> list[Any]:
+        """Exactly-once: commit the partition's records and the rows of its routes in one
+        transaction, then write the rows here; return the events now safe to ack."""
+        writer = await _writer(partition)
+        changelog = changelog_name()
+        rows = {}
+        for name in names:
+            key, value = row_record(name, self.unwritten[name][-1].state)
+            rows[name] = writer.send(changelog, key, value, partition)
+        try:
+            await writer.commit()
+        except NotCommitted as exc:
+            raise SendFailed(f"the transaction of routing partition {partition} failed") from exc
+        safe: list[Any] = []
+        for name in names:
+            safe += self.write_acknowledged(name, keep_route_state)
+        if rows:
+            restored_through(partition, max(row.result().offset for row in rows.values()))
         return safe
 
     def _wrote_lately(self, partition: int) -> bool:
@@ -190,7 +226,9 @@ class Pipeline:
         last = self.written_at.get(partition)
         return last is not None and time.monotonic() - last < settings.router_flush_interval_s
 
-    def write_acknowledged(self, route_name: str) -> list[Any]:
+    def write_acknowledged(
+        self, route_name: str, save: Callable[[str, RouteState], None] = save_route_state
+    ) -> list[Any]:
         queue = self.unwritten.get(route_name) or deque()
         done: list[_Folded] = []
         while queue and all(send.done() for send in queue[0].sends):
@@ -202,7 +240,7 @@ class Pipeline:
                     )
             done.append(queue.popleft())
         if done:
-            save_route_state(route_name, done[-1].state)
+            save(route_name, done[-1].state)
         if not queue:
             self.latest.pop(route_name, None)  # the row is the newest state again
             self.unwritten.pop(route_name, None)
@@ -237,6 +275,7 @@ class Pipeline:
                 bootstrap_servers(settings.broker),
                 routing_topic.get_topic_name(),
                 tansu=settings.tansu_compat,
+                read_committed=exactly_once.ON,
             )
         return self.reader
 
@@ -270,9 +309,20 @@ def _owns(partition: int) -> bool:
     return TP(routing_topic.get_topic_name(), partition) in app.consumer.assignment()
 
 
-if settings.router_local_fold:
+async def _writer(partition: int) -> TransactionalWriter:
+    """Exactly-once: the partition's transaction (SendFailed when this worker lost it)."""
+    try:
+        return await exactly_once.router_writers.get(partition)
+    except NotCommitted as exc:
+        raise SendFailed(str(exc)) from exc
+
+
+# A record of a transaction is not the log's until committed: exactly-once folds only what
+# the broker delivers.
+if settings.router_local_fold and not exactly_once.ON:
     _local.fold, _local.owns = _fold_local, _owns
     routing_log.on_delivered = _local.offer
+handoff.state_of = _pipeline.state
 
 
 def newest_states() -> dict[str, RouteState]:
@@ -299,7 +349,12 @@ async def _stop_reader(sender: Any, *args: Any, **kwargs: Any) -> None:
 async def route(stream: StreamT[bytes]) -> None:
     global _acks
     manual: Any = cast(Any, stream).noack()  # acked once a written row includes the event
-    acks = _acks = InOrderAcks(manual.ack)
+
+    async def ack(event: EventT[bytes]) -> None:
+        await manual.ack(event)
+        exactly_once.folded.acked(event.message.partition, event.message.offset)
+
+    acks = _acks = InOrderAcks(ack if exactly_once.ON else manual.ack)
     metrics.ACKS_HELD.labels(agent="router").set_function(acks.held)
     async for event in manual.events():
         acks.received(event)
@@ -308,7 +363,7 @@ async def route(stream: StreamT[bytes]) -> None:
         async with _folding:
             folded_for = _local.delivered(message.partition, message.offset)
             if folded_for is not None:
-                safe = _pipeline.delivered_copy(event, folded_for, message.partition, more)
+                safe = await _pipeline.delivered_copy(event, folded_for, message.partition, more)
             else:
                 safe = await _fold_delivered(event, more)
         for done in safe:
@@ -347,33 +402,33 @@ async def _dead_letter(event: EventT[bytes], detail: str) -> None:
     await deadletter_topic.send(key=letter.id.encode(), value=letter.model_dump_json())
 
 
-async def _publish(step: Step, answered: str | None = None) -> list[asyncio.Future[Any]]:
+async def _publish(
+    step: Step, answered: str | None = None, send: Sender = direct
+) -> list[asyncio.Future[Any]]:
     """Send the step's records and start its calls; return the records' delivery futures.
 
     ``answered``: the request whose successful answer the executor already published
-    (the feedback said so): the fold derives the same record, not sent again.
+    (the feedback said so): the fold derives the same record, not sent again. ``send``:
+    to the broker now, or into the partition's transaction (exactly-once).
     """
     pending: list[asyncio.Future[Any]] = []
     for dispatch in step.dispatches:
         decision = dispatch.decision
         key = decision.request_id.encode()
-        sent = await decisions_topic.send(key=key, value=decision.model_dump_json())
-        pending.append(sent)
-        pending.append(await handoff.hand_off(dispatch))
+        pending.append(await send(decisions_topic, key, decision.model_dump_json(), None))
+        pending.append(await handoff.hand_off(dispatch, send))
         metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
-    for record in step.records:  # budget asks, verdicts, settlements (issue 13 §3)
-        sent = await routing_log.send(key=route_of(record).encode(), value=record.model_dump_json())
-        pending.append(sent)
+    for record in step.records:  # budget asks, verdicts, settlements
+        key = route_of(record).encode()
+        pending.append(await send(routing_log, key, record.model_dump_json(), None))
     for response in step.responses:
         if response.request_id == answered and response.status == "ok":
             continue
-        sent = await responses_topic.send(
-            key=response.request_id.encode(), value=response.model_dump_json()
-        )
-        pending.append(sent)
+        key = response.request_id.encode()
+        pending.append(await send(responses_topic, key, response.model_dump_json(), None))
         replies.send_response(response, replies.address_of(response.request_id))
         await read_judgement(response)  # a judge request's failure, counted
         metrics.RESPONSES.labels(status=response.status, source="router").inc()

@@ -47,14 +47,21 @@ class RequestPublisher:
 
 class TopicFollower:
     def __init__(
-        self, bootstrap: str, topics: Iterable[str], max_partition_fetch_bytes: int = 1 << 20
+        self,
+        bootstrap: str,
+        topics: Iterable[str],
+        max_partition_fetch_bytes: int = 1 << 20,
+        *,
+        read_committed: bool = False,
     ) -> None:
+        """``read_committed``: skip records of aborted transactions (exactly-once)."""
         self.topics = list(topics)
         # A short long-poll, longer once idle: Tansu holds a fetch (app/compat/).
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
             group_id=None,
+            isolation_level="read_committed" if read_committed else "read_uncommitted",
             fetch_max_wait_ms=fetch_max_wait_ms(),
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             fetch_max_bytes=max(52_428_800, max_partition_fetch_bytes),
@@ -116,13 +123,15 @@ async def read_topics(
     linger_s: float = 1.0,
     *,
     stamp: bool = False,
+    read_committed: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Read JSON records of ``topics`` from the start until ``done(records)`` or the timeout.
 
     Then keeps reading for ``linger_s`` so that late duplicates are seen too. With
     ``stamp``, each record also gets its broker timestamp as ``_ts`` (epoch seconds).
+    ``read_committed``: records of aborted transactions are skipped.
     """
-    follower = await TopicFollower(bootstrap, topics).start()
+    follower = await TopicFollower(bootstrap, topics, read_committed=read_committed).start()
     records: dict[str, list[dict[str, Any]]] = {topic: [] for topic in follower.topics}
     loop = asyncio.get_running_loop()
 

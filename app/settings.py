@@ -13,7 +13,14 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.kafka_security import KafkaSecurity
@@ -266,6 +273,10 @@ class Settings(BaseSettings):
     #: The router folds a routing-log record this worker wrote as soon as the broker
     #: acknowledged it, when it is the next record of its partition (agents/local_log.py).
     router_local_fold: bool = True
+    #: Exactly-once answers (agents/transactions.py): the router's and the calls' records
+    #: are written in Kafka transactions and the worker reads ``read_committed``. Needs a
+    #: broker with transactions (Apache Kafka; not Tansu); turns the local fold off.
+    exactly_once: bool = False
     #: Faust's fetch loop hands a record to the streams inline when that does not block
     #: (agents/fast_delivery.py) instead of racing four tasks per record.
     fast_delivery: bool = True
@@ -353,6 +364,14 @@ class Settings(BaseSettings):
         if value.is_absolute() and not value.parent.is_dir():
             raise ValueError(f"parent directory {value.parent} does not exist")
         return value
+
+    @model_validator(mode="after")
+    def _transactions_need_a_broker_with_them(self) -> Settings:
+        if self.exactly_once and self.tansu_compat:
+            raise ValueError(
+                "SWITCHYARD_EXACTLY_ONCE needs a broker with transactions; Tansu has none"
+            )
+        return self
 
     @property
     def max_record_bytes(self) -> int:

@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
     parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="workers write in transactions (SWITCHYARD_EXACTLY_ONCE; Apache Kafka only); "
+        "the topics are read read_committed and every duplicate record is counted",
+    )
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument(
         "--trail-limit", type=int, default=5, help="print the trail of at most this many lost ids"
@@ -94,7 +100,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
 
     ids = [f"crash-{i:06d}" for i in range(args.requests)]
     kill_times: list[float] = []
-    async with EmbeddedStack(time_scale=0.05, seed=11, broker_kind=args.broker) as stack:
+    env = {"SWITCHYARD_EXACTLY_ONCE": "1"} if args.exactly_once else {}
+    async with EmbeddedStack(
+        time_scale=0.05, seed=11, broker_kind=args.broker, env=env
+    ) as stack:
         span = args.requests / args.rate
         started = time.time()
         await asyncio.gather(
@@ -105,10 +114,13 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         topics = stack.topics
         records = await read_topics(
             stack.broker.bootstrap,
-            [topics.responses, topics.outcomes, topics.deadletter],
+            [topics.responses, topics.outcomes, topics.decisions, topics.deadletter],
             all_answered(ids, topics.responses),
             timeout_s=300,
+            read_committed=args.exactly_once,
         )
+        providers = stack.providers
+        calls = sum(providers.stats(p).requests for p in providers.provider_ids)
         # A neutral outcome (a passed deadline, a client error, a 429) is never a pull.
         outcome_ids = {
             o["id"] for o in records[topics.outcomes] if not _neutral(o.get("status_class"))
@@ -146,6 +158,10 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         "answered": len(wanted & set(per_request)),
         "lost": len(wanted - set(per_request)),
         "duplicate_responses": sum(n - 1 for n in per_request.values()),
+        "duplicate_decisions": _duplicates(records[topics.decisions]),
+        "duplicate_outcomes": _duplicates(records[topics.outcomes]),
+        "exactly_once": args.exactly_once,
+        "provider_calls": calls,
         "statuses": dict(statuses),
         "expired_attempt_responses": len(expired_ids),
         "dead_letters": dict(Counter(d.get("reason") for d in records[topics.deadletter])),
@@ -154,6 +170,11 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         "kills_at_s": [round(t - started, 3) for t in kill_times],
         "lost_ids": lost_ids[:100],
     }
+
+
+def _duplicates(records: list[dict[str, Any]]) -> int:
+    """Records whose id an earlier record of the topic had."""
+    return len(records) - len({r["id"] for r in records})
 
 
 def changelog_topic(stack: EmbeddedStack) -> str:
@@ -291,4 +312,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "crash.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     ok = result["lost"] == 0 and result["bandit_pulls"] == result["distinct_attempt_outcomes"]
+    if args.exactly_once:
+        duplicates = ("duplicate_responses", "duplicate_decisions", "duplicate_outcomes")
+        ok = ok and all(result[name] == 0 for name in duplicates)
     return 0 if ok else 1

@@ -9,7 +9,11 @@ records could still be lost.
 
 from __future__ import annotations
 
+from typing import Any
+
 import faust
+from faust.serializers.codecs import dumps
+from faust.types import TP
 
 from agents.app import app, settings, table_store_options
 from app.routing.rows import from_row, to_row
@@ -31,6 +35,27 @@ def load_route_state(route: str) -> RouteState:
 
 def save_route_state(route: str, state: RouteState) -> None:
     route_state[route] = to_row(state)
+
+
+def changelog_name() -> str:
+    return route_state.changelog_topic.get_topic_name()
+
+
+def row_record(route: str, state: RouteState) -> tuple[bytes, bytes]:
+    """The changelog record of a row, as Faust writes it (and its restore reads it)."""
+    return dumps("json", route), dumps("json", to_row(state))
+
+
+def keep_route_state(route: str, state: RouteState) -> None:
+    """Write a row to the local store only: its changelog record is already committed
+    (exactly-once, agents/transactions.py). Must run in an event's stream context."""
+    route_state.data[route] = to_row(state)
+
+
+def restored_through(partition: int, offset: int) -> None:
+    """The local store holds the changelog up to ``offset``: a restore starts after it."""
+    store: Any = route_state.data  # faust's rocksdb store
+    store.set_persisted_offset(TP(changelog_name(), partition), offset)
 
 
 def all_route_states() -> dict[str, RouteState]:
