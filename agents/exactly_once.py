@@ -13,7 +13,12 @@ from typing import Any
 from faust.types import TP
 
 from agents.app import app, routing_log, routing_topic, settings
-from agents.transactions import CatchUp, PartitionWriters, TransactionalWriter
+from agents.transactions import (
+    CatchUp,
+    PartitionWriters,
+    TransactionalWriter,
+    recovery_ends_at_committed_records,
+)
 from app.events import RouteTick, derived_id
 from app.kafka import bootstrap_servers
 
@@ -125,3 +130,4 @@ async def _fence_assigned(assigned: set[Any]) -> None:
 
 if ON:
     app.before_assignment.append(_fence_assigned)
+    recovery_ends_at_committed_records(bootstrap_servers(settings.broker))

@@ -227,8 +227,10 @@ class Pipeline:
         return last is not None and time.monotonic() - last < settings.router_flush_interval_s
 
     def write_acknowledged(
-        self, route_name: str, save: Callable[[str, RouteState], None] = save_route_state
+        self, route_name: str, save: Callable[[str, RouteState], None] | None = None
     ) -> list[Any]:
+        """Write the row of the newest state whose sends (and all before) are acknowledged
+        (``save``: instead of :func:`save_route_state`); return the events it includes."""
         queue = self.unwritten.get(route_name) or deque()
         done: list[_Folded] = []
         while queue and all(send.done() for send in queue[0].sends):
@@ -240,7 +242,7 @@ class Pipeline:
                     )
             done.append(queue.popleft())
         if done:
-            save(route_name, done[-1].state)
+            (save or save_route_state)(route_name, done[-1].state)
         if not queue:
             self.latest.pop(route_name, None)  # the row is the newest state again
             self.unwritten.pop(route_name, None)

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from faust.tables import recovery
 from faust.transport.drivers import aiokafka as driver
 
 from app.kafka import client_security
@@ -66,6 +67,66 @@ def read_committed() -> None:
 
     thread_class._create_worker_consumer = create_worker_consumer
     _read_committed = True
+
+
+async def last_records(
+    consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Per partition, the offset of its last record a ``read_committed`` consumer is given
+    before ``ends`` (-1: none). A partition written in transactions ends with a commit
+    marker, an offset no consumer is ever given (and aborted records are skipped)."""
+    found: dict[TopicPartition, int] = {}
+    starts = await consumer.beginning_offsets(list(ends))
+    for tp, end in ends.items():
+        consumer.assign([tp])
+        window, last, start = 16, -1, end
+        while last < 0 and start > starts[tp]:
+            start = max(starts[tp], end - window)
+            consumer.seek(tp, start)
+            while await consumer.position(tp) < end:
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                for record in batch.get(tp, []):
+                    if record.offset < end:
+                        last = max(last, record.offset)
+            window *= 16
+        found[tp] = last
+    return found
+
+
+def recovery_ends_at_committed_records(bootstrap: str) -> None:
+    """Make Faust's table recovery wait for a changelog's last committed record, not for
+    the offset before its end: there, in a partition written in transactions, sits a
+    commit marker that is never delivered, and the recovery waited for it forever (Faust
+    works around that only with its own exactly-once, after two idle 5 s polls)."""
+    recovery_class: Any = recovery.Recovery
+    build = recovery_class._build_highwaters
+    if getattr(build, "committed_records", False):
+        return
+
+    async def build_highwaters(
+        self: Any, consumer: Any, tps: set[Any], destination: Any, title: str
+    ) -> None:
+        await build(self, consumer, tps, destination, title)
+        if not tps:
+            return
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            isolation_level="read_committed",
+            **client_security(),
+        )
+        await reader.start()
+        try:
+            ends = {TopicPartition(tp.topic, tp.partition): destination[tp] + 1 for tp in tps}
+            last = await last_records(reader, ends)
+        finally:
+            await reader.stop()
+        for tp in tps:
+            destination[tp] = last[TopicPartition(tp.topic, tp.partition)]
+
+    build_highwaters.committed_records = True  # type: ignore[attr-defined]
+    recovery_class._build_highwaters = build_highwaters
 
 
 Headers = list[tuple[str, bytes]] | None
@@ -181,27 +242,33 @@ class TransactionalWriter:
             if self.failed is not None:
                 raise self._fail(batch, self.failed)
             producer = self._producer
+            sent: list[asyncio.Future[Any]] = []
             try:
                 await producer.begin_transaction()
-                sent = [
-                    await producer.send(h.topic, h.value, h.key, h.partition, None, h.headers)
-                    for h in batch
-                ]
+                for h in batch:
+                    sent.append(
+                        await producer.send(h.topic, h.value, h.key, h.partition, None, h.headers)
+                    )
                 await producer.commit_transaction()
             except asyncio.CancelledError as exc:  # a stop: the broker aborts it in time
                 self.failed = exc
-                self._fail(batch, exc)
+                self._fail(batch, exc, sent)
                 raise
             except Exception as exc:
                 self.failed = exc
                 await self._abort()
-                raise self._fail(batch, exc) from exc
+                raise self._fail(batch, exc, sent) from exc
             for held, future in zip(batch, sent, strict=True):
                 if not held.written.done():
                     held.written.set_result(future.result())
 
-    def _fail(self, batch: list[_Held], problem: BaseException) -> NotCommitted:
+    def _fail(
+        self, batch: list[_Held], problem: BaseException, sent: Sequence[asyncio.Future[Any]] = ()
+    ) -> NotCommitted:
         """Fail the batch's records; return the error to raise."""
+        for future in sent:  # the producer's own outcome of each, read (and dropped)
+            if future.done() and not future.cancelled():
+                future.exception()
         error = NotCommitted(f"{self.transactional_id}: {type(problem).__name__}")
         for held in batch:
             if not held.written.done():

@@ -140,7 +140,7 @@ async def test_a_local_fold_decides_before_the_broker_delivers_and_acks_with_the
     # Decided and called at once; nothing written or acked before the broker's copy comes.
     assert [d.decision.request_id for d in broker.launched] == ["first", "local"]
     assert table["chat"].position == 0
-    assert worker.delivered_copy("ev1", "chat", 0, more=False) == ["ev1"]
+    assert await worker.delivered_copy("ev1", "chat", 0, more=False) == ["ev1"]
     assert table["chat"].position == 1
     assert list(table["chat"].open_attempts) == ["first#1", "local#1"]
     assert len(broker.launched) == 2  # the copy decided nothing again
@@ -155,7 +155,7 @@ async def test_a_kill_after_a_local_fold_loses_nothing(
     done = finish("a", dispatch.decision.deployment, T0 + 1)
     broker.acknowledge = False
     await fold_locally(worker, done, 1)
-    assert worker.delivered_copy("ev1", "chat", 0, more=False) == []  # its send is pending
+    assert await worker.delivered_copy("ev1", "chat", 0, more=False) == []  # its send is pending
     assert table["chat"].position == 0
     broker.kill()
 
@@ -175,11 +175,11 @@ async def test_the_copy_of_a_record_whose_row_is_written_is_acked_at_once(
     await fold_locally(worker, accepted("y", T0, offset=1), 1)
     acked: list[Any] = []
     if copies_first:
-        acked += worker.delivered_copy("ev1", "chat", 0, more=False)
+        acked += await worker.delivered_copy("ev1", "chat", 0, more=False)
     else:  # another event of the partition wrote the row first
         await fold_locally(worker, accepted("z", T0, offset=2), 2)
-        acked += worker.delivered_copy("ev1", "chat", 0, more=False)
-        acked += worker.delivered_copy("ev2", "chat", 0, more=False)
+        acked += await worker.delivered_copy("ev1", "chat", 0, more=False)
+        acked += await worker.delivered_copy("ev2", "chat", 0, more=False)
     assert acked == (["ev1"] if copies_first else ["ev1", "ev2"])
     assert table["chat"].position == (1 if copies_first else 2)
 
