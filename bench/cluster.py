@@ -32,10 +32,10 @@ from bench.cluster_report import (
     Timeline,
     answer_summary,
     render,
-    replay_summary,
     target_node,
     timeline,
 )
+from bench.replay_check import replay_whole_log
 
 if TYPE_CHECKING:  # imported where used: `switchyard` imports the benches at every start
     from app.client import RequestPublisher
@@ -154,24 +154,6 @@ async def _back_in_isr(cluster: KafkaCluster, node: int, timeout_s: float) -> di
     return {"back_in_isr": True, "waited_s": waited}
 
 
-async def _replay(stack: EmbeddedStack) -> dict[str, Any]:
-    from app.audit.log import read_broker
-    from app.audit.replay import replay
-    from app.config import load_config
-    from app.routing.policy import Policy
-    from app.settings import RoutingParams
-
-    log = await read_broker(stack.broker.bootstrap, stack.topics, timeout_s=300.0)
-    policy = Policy(config=load_config(stack.providers_file, env={}), params=RoutingParams())
-    report = replay(log, policy, allow_pending=True)
-    for mismatch in report.mismatches[:5]:
-        print(
-            f"  replay {mismatch.kind} {mismatch.record} {mismatch.request_id}#{mismatch.attempt}"
-            f": {'; '.join(mismatch.differences[:3])}"
-        )
-    return replay_summary(report.to_json(limit=5))
-
-
 async def _run_on(
     stack: EmbeddedStack, cluster: KafkaCluster, args: argparse.Namespace, report: dict[str, Any]
 ) -> None:
@@ -222,7 +204,7 @@ async def _run_on(
     }
     report["worker_running_at_end"] = stack.workers[0].running
     qs.progress("cluster", "replaying the whole log")
-    report["replay"] = await _replay(stack)
+    report["replay"] = await replay_whole_log(stack)
 
 
 async def cluster_bench(args: argparse.Namespace) -> dict[str, Any]:

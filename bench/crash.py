@@ -97,13 +97,12 @@ def _neutral(status_class: object) -> bool:
 async def crash(args: argparse.Namespace) -> dict[str, Any]:
     from app.client import all_answered, read_topics
     from app.embedded.stack import EmbeddedStack
+    from bench.replay_check import replay_whole_log
 
     ids = [f"crash-{i:06d}" for i in range(args.requests)]
     kill_times: list[float] = []
     env = {"SWITCHYARD_EXACTLY_ONCE": "1"} if args.exactly_once else {}
-    async with EmbeddedStack(
-        time_scale=0.05, seed=11, broker_kind=args.broker, env=env
-    ) as stack:
+    async with EmbeddedStack(time_scale=0.05, seed=11, broker_kind=args.broker, env=env) as stack:
         span = args.requests / args.rate
         started = time.time()
         await asyncio.gather(
@@ -142,6 +141,8 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
                 if (r.get("error") or {}).get("type") == "lost"
             }
         )
+        print("  replaying the whole log", flush=True)
+        replayed = await replay_whole_log(stack)
         traced = lost_ids[: args.trail_limit]
         if pulls != len(outcome_ids):
             traced += expired_ids[: args.trail_limit]
@@ -168,6 +169,7 @@ async def crash(args: argparse.Namespace) -> dict[str, Any]:
         "distinct_attempt_outcomes": len(outcome_ids),
         "bandit_pulls": pulls,
         "kills_at_s": [round(t - started, 3) for t in kill_times],
+        "replay": replayed,
         "lost_ids": lost_ids[:100],
     }
 
@@ -312,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "crash.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     ok = result["lost"] == 0 and result["bandit_pulls"] == result["distinct_attempt_outcomes"]
+    ok = ok and result["replay"]["ok"]
     if args.exactly_once:
         duplicates = ("duplicate_responses", "duplicate_decisions", "duplicate_outcomes")
         ok = ok and all(result[name] == 0 for name in duplicates)

@@ -72,9 +72,10 @@ Mocks = dict[str, "MockServer"]
 
 
 def _worker_env(args: argparse.Namespace) -> dict[str, str]:
-    if args.standby_replicas is None:
-        return {}
-    return {"SWITCHYARD_TABLE_STANDBY_REPLICAS": str(args.standby_replicas)}
+    env = {"SWITCHYARD_EXACTLY_ONCE": "1"} if args.exactly_once else {}
+    if args.standby_replicas is not None:
+        env["SWITCHYARD_TABLE_STANDBY_REPLICAS"] = str(args.standby_replicas)
+    return env
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_broker_flag(parser)
     parser.add_argument("--phases", default="steady,burst", help="steady, burst or both")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="workers write in transactions (SWITCHYARD_EXACTLY_ONCE; Apache Kafka only); "
+        "the topics are read read_committed",
+    )
     parser.add_argument("--routes", type=int, default=12)
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--latency-ms", type=int, default=20, help="the mocks' fixed latency")
@@ -176,6 +183,7 @@ async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> d
             timeout_s=args.drain_timeout_s,
             linger_s=3.0,
             stamp=True,
+            read_committed=args.exactly_once,
         )
         got = answers(ids, records[t.responses])
         outage = _outage_window(steps)

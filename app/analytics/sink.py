@@ -68,6 +68,7 @@ class Sink:
             enable_auto_commit=False,
             group_id=None,
             auto_offset_reset="earliest",
+            isolation_level="read_committed",  # an aborted transaction's records never were
             fetch_max_wait_ms=wait_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
             **security_kwargs(self.settings),

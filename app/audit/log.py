@@ -230,6 +230,9 @@ async def read_broker(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         group_id=None,
+        # The log is what was committed: records of an aborted transaction (exactly-once,
+        # docs/design.md) were never folded or answered. Without transactions, the same.
+        isolation_level="read_committed",
         fetch_max_wait_ms=fetch_max_wait_ms(),
         max_partition_fetch_bytes=4 * 1024 * 1024,
         **client_security(),

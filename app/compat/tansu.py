@@ -82,6 +82,11 @@ async def true_end_offsets(
                     tp = by_kafka_tp[kafka_tp]
                     result[tp] = max(result[tp], records[-1].offset + 1)
                     pending.discard(kafka_tp)
+            for kafka_tp in list(pending):
+                # Read past the end with nothing given: the last offset is a transaction's
+                # marker (Apache Kafka), which no consumer is given; the end stands.
+                if await consumer.position(kafka_tp) >= probe[by_kafka_tp[kafka_tp]]:
+                    pending.discard(kafka_tp)
     finally:
         await consumer.stop()
     return result
