@@ -17,7 +17,7 @@ from factories import T0, accepted, finish
 from faust.streams import _current_event
 from test_router_crash import FakeBroker, wired
 
-import agents.router as router
+import agents.route_pipeline as pipeline
 from agents.local_log import LocalLog
 from app.events import RoutingLogEvent
 from app.routing.state import RouteState
@@ -47,15 +47,15 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def first_request_folded(broker: FakeBroker, request_id: str) -> router.Pipeline:
+async def first_request_folded(broker: FakeBroker, request_id: str) -> pipeline.Pipeline:
     """A router whose route's row includes one request, decided and acknowledged (offset 0)."""
     broker.acknowledge = True
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     assert await worker.fold(accepted(request_id, T0, offset=0), "ev0", 0) == ["ev0"]
     return worker
 
 
-async def fold_locally(worker: router.Pipeline, event: RoutingLogEvent, offset: int) -> str:
+async def fold_locally(worker: pipeline.Pipeline, event: RoutingLogEvent, offset: int) -> str:
     """``event``, written by this worker at ``offset`` of partition 0, folded from here."""
     return await worker.fold_local(event, offset, 0, event.model_dump_json().encode())
 
@@ -160,7 +160,7 @@ async def test_a_kill_after_a_local_fold_loses_nothing(
     broker.kill()
 
     broker.acknowledge = True
-    restarted = router.Pipeline()  # a new process: the copy is folded from the row
+    restarted = pipeline.Pipeline()  # a new process: the copy is folded from the row
     assert await restarted.fold(done, "ev1", 1) == ["ev1"]
     assert [r["request_id"] for r in broker.records("responses_topic")] == ["a"]
     assert table["chat"].position == 1 and table["chat"].open_attempts == {}

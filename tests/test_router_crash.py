@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from factories import T0, accepted, finish, policy
 
-import agents.router as router
+import agents.route_pipeline as pipeline
 from app.events import RouteTick, derived_id
 from app.routing.book import PolicyBook
 from app.routing.fold import at
@@ -76,18 +76,18 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBroker, dict[str, RouteS
     broker = FakeBroker()
     table: dict[str, RouteState] = {}
     for name in ("decisions_topic", "responses_topic"):
-        monkeypatch.setattr(router, name, broker.topic(name))
+        monkeypatch.setattr(pipeline, name, broker.topic(name))
     for name in ("dispatch_log", "spill_log"):  # the hand-off's (agents/handoff.py)
-        monkeypatch.setattr(router.handoff, name, broker.topic(name))
+        monkeypatch.setattr(pipeline.handoff, name, broker.topic(name))
     # Rows written at every chance (the flush interval is tested on its own).
-    flush_always = router.settings.model_copy(update={"router_flush_interval_s": 0.0})
-    monkeypatch.setattr(router, "settings", flush_always)
+    flush_always = pipeline.settings.model_copy(update={"router_flush_interval_s": 0.0})
+    monkeypatch.setattr(pipeline, "settings", flush_always)
     # The calls the router starts in its own process: recorded, not made.
-    monkeypatch.setattr(router.handoff, "launch", broker.launched.append)
-    monkeypatch.setattr(router, "load_route_state", lambda r: table.get(r, RouteState()))
-    monkeypatch.setattr(router, "save_route_state", table.__setitem__)
+    monkeypatch.setattr(pipeline.handoff, "launch", broker.launched.append)
+    monkeypatch.setattr(pipeline, "load_route_state", lambda r: table.get(r, RouteState()))
+    monkeypatch.setattr(pipeline, "save_route_state", table.__setitem__)
     holder = Holder()
-    monkeypatch.setattr(router, "policy_holder", lambda: holder)
+    monkeypatch.setattr(pipeline, "policy_holder", lambda: holder)
     return broker, table
 
 
@@ -99,7 +99,7 @@ async def test_kill_before_the_response_is_acknowledged_loses_no_response(
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     broker.acknowledge = True
     assert await worker.fold(accepted("req-1", T0, offset=0), "ev0", 0) == ["ev0"]
     (dispatch,) = broker.records("dispatch_log")
@@ -111,7 +111,7 @@ async def test_kill_before_the_response_is_acknowledged_loses_no_response(
     broker.kill()  # SIGKILL: the producer buffer and the process memory are gone
 
     broker.acknowledge = True
-    restarted = router.Pipeline()
+    restarted = pipeline.Pipeline()
     assert await restarted.fold(done, "ev1", 1) == ["ev1"]  # redelivered, folded again
     assert [r["request_id"] for r in broker.records("responses_topic")] == ["req-1"]
     assert table["chat"].open_attempts == {} and table["chat"].position == 1
@@ -122,11 +122,11 @@ async def test_kill_before_the_dispatch_is_acknowledged_loses_no_dispatch(
 ) -> None:
     broker, table = wired
     request = accepted("req-2", T0, offset=0)
-    assert await router.Pipeline().fold(request, "ev0", 0) == []
+    assert await pipeline.Pipeline().fold(request, "ev0", 0) == []
     broker.kill()
 
     broker.acknowledge = True
-    assert await router.Pipeline().fold(request, "ev0", 0) == ["ev0"]
+    assert await pipeline.Pipeline().fold(request, "ev0", 0) == ["ev0"]
     assert [d["decision"]["request_id"] for d in broker.records("dispatch_log")] == ["req-2"]
     assert [d["request_id"] for d in broker.records("decisions_topic")] == ["req-2"]
     assert list(table["chat"].open_attempts) == ["req-2#1"]
@@ -139,7 +139,7 @@ async def test_an_answer_the_executor_published_is_not_sent_again(
 ) -> None:
     broker, table = wired
     broker.acknowledge = True
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     await worker.fold(accepted("req-3", T0, offset=0), "ev0", 0)
     (dispatch,) = broker.launched
     done = finish("req-3", dispatch.decision.deployment, T0 + 1)
@@ -159,7 +159,7 @@ async def test_folds_ahead_of_the_broker_and_writes_rows_in_order(
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     assert await worker.fold(accepted("a", T0, offset=0), "ev0", 0) == []
     assert await worker.fold(accepted("b", T0, offset=1), "ev1", 1) == []
     # Folded from the state in memory, not from the (unwritten) row.
@@ -183,11 +183,11 @@ async def test_a_send_the_producer_gave_up_on_stops_the_router(
     wired: tuple[FakeBroker, dict[str, RouteState]],
 ) -> None:
     broker, table = wired
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     assert await worker.fold(accepted("c", T0, offset=0), "ev0", 0) == []
     for _, _, future in broker.buffer:
         future.set_exception(TimeoutError("delivery timed out"))
-    with pytest.raises(router.SendFailed):
+    with pytest.raises(pipeline.SendFailed):
         await worker.fold(tick(T0 + 1), "ev1", 1)
     assert "chat" not in table  # nothing written, nothing acked: redelivered after restart
 
@@ -202,9 +202,9 @@ async def test_a_batch_of_events_read_together_is_written_as_one_row(
         writes.append(state.position)
         table[route] = state
 
-    monkeypatch.setattr(router, "save_route_state", save)
+    monkeypatch.setattr(pipeline, "save_route_state", save)
     broker.acknowledge = True
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     requests = [accepted(f"b-{i}", T0, offset=i) for i in range(3)]
     assert await worker.fold(requests[0], "ev0", 0, more=True) == []
     assert await worker.fold(requests[1], "ev1", 1, more=True) == []
@@ -219,11 +219,11 @@ async def test_rows_of_a_partition_are_written_at_most_once_per_flush_interval(
 ) -> None:
     broker, table = wired
     clock = [100.0]
-    monkeypatch.setattr(router.time, "monotonic", lambda: clock[0])
-    slow = router.settings.model_copy(update={"router_flush_interval_s": 0.1})
-    monkeypatch.setattr(router, "settings", slow)
+    monkeypatch.setattr(pipeline.time, "monotonic", lambda: clock[0])
+    slow = pipeline.settings.model_copy(update={"router_flush_interval_s": 0.1})
+    monkeypatch.setattr(pipeline, "settings", slow)
     broker.acknowledge = True
-    worker = router.Pipeline()
+    worker = pipeline.Pipeline()
     assert await worker.fold(accepted("f-0", T0, offset=0), "ev0", 0) == ["ev0"]
     clock[0] += 0.05
     assert await worker.fold(accepted("f-1", T0, offset=1), "ev1", 1) == []  # too soon

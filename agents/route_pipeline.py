@@ -1,0 +1,312 @@
+"""The router's pipeline: fold an event, send what it produced, write the row once the
+sends are acknowledged, and say which events are then safe to ack.
+
+The order matters. The row lands in the local store at once and is what makes a
+redelivered event a no-op (its position is in the row). Written before its sends were
+acknowledged, a SIGKILL in between left a row that had applied the event and sends
+that never reached the broker: the redelivered event was skipped, and its response
+(or dispatch) was gone for good.
+
+The fold goes through :class:`app.routing.driver.Driver`, the loop every user of the
+fold shares; when it needs an earlier event of the log (a request that waited in the
+line, a parked attempt's carrier) that its bounded memory does not hold, it is read
+back from the routing topic (:mod:`agents.recall`).
+
+Waiting for the broker on every event would tie the router to one round trip per
+event, so the pipeline folds the next event from the newest state in memory while
+earlier sends are in flight, and at each event of a route writes the row of the newest
+state whose sends (and all before them) are acknowledged. An event is safe to ack (so
+its offset can be committed) only once a row that includes it is written. A kill loses
+only unacked events; they are redelivered and re-folded from the row, and send the
+same derived-id records again (consumers drop duplicates by id).
+
+Exactly-once (agents/transactions.py): the sends go into the routing partition's
+transaction instead, the rows' changelog records join it, and the rows reach the local
+store once it is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from agents import exactly_once, handoff, policy, replies, route_gauges
+from agents.app import decisions_topic, responses_topic, routing_log, routing_topic, settings
+from agents.judge import read_judgement
+from agents.recall import LogReader
+from agents.transactions import NotCommitted, Sender, TransactionalWriter, direct
+from app import metrics
+from app.events import AttemptFinished, RoutingLogEvent, route_of
+from app.kafka import bootstrap_servers
+from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
+from app.routing.fold import Step, Want
+from app.routing.state import RouteState
+from app.runtime import policy_holder
+from tables.routing import (
+    changelog_name,
+    keep_route_state,
+    load_route_state,
+    restored_through,
+    row_record,
+    save_route_state,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SendFailed(RuntimeError):
+    """A record of the router was not delivered: the worker must not go on."""
+
+
+@dataclass
+class _Folded:
+    """An event folded and sent, whose row is not written yet."""
+
+    #: The broker's event to ack once the row is written (None: folded from the local log).
+    event: Any
+    state: RouteState
+    sends: list[asyncio.Future[Any]]
+
+
+def _policy() -> Any:
+    return policy_holder().current
+
+
+@dataclass
+class Pipeline:
+    """Per route: the newest folded state, and the folded events waiting for their row."""
+
+    latest: dict[str, RouteState] = field(default_factory=dict)
+    unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
+    #: The routing partition of each route with unwritten events.
+    partition_of: dict[str, int] = field(default_factory=dict)
+    #: When rows of each partition were last written (monotonic seconds).
+    written_at: dict[int, float] = field(default_factory=dict)
+    driver: Driver = field(
+        default_factory=lambda: Driver(
+            _policy, max_recall_bytes=settings.recall_memory_bytes, book=policy_holder().book
+        )
+    )
+    reader: LogReader | None = None
+
+    def state(self, route_name: str) -> RouteState:
+        latest = self.latest.get(route_name)
+        return latest if latest is not None else load_route_state(route_name)
+
+    async def fold(
+        self,
+        parsed: RoutingLogEvent,
+        event: Any,
+        offset: int,
+        partition: int = 0,
+        raw: bytes | None = None,
+        more: bool = False,
+    ) -> list[Any]:
+        """Fold, send, write what is acknowledged; return the events now safe to ack.
+
+        ``more``: events are already waiting in the stream's buffer. The rows then wait
+        for the last of them, and are written at most every ``router_flush_interval_s``
+        (one changelog record for a batch of events), and at least every
+        ``router_batch_max`` events of a route. Must run in ``event``'s stream context: a
+        row write goes to its partition, so only rows of routes on that partition are
+        written.
+        """
+        route_name = await self._fold(parsed, event, offset, partition, raw)
+        return await self._write_if_due(partition, len(self.unwritten[route_name]), more)
+
+    async def fold_local(
+        self, parsed: RoutingLogEvent, offset: int, partition: int, raw: bytes
+    ) -> str:
+        """Fold a record of the local log (:mod:`agents.local_log`); return its route. No row
+        is written here: that needs a stream context, and the broker's copy will bring one."""
+        return await self._fold(parsed, None, offset, partition, raw)
+
+    async def delivered_copy(
+        self, event: Any, route_name: str, partition: int, more: bool
+    ) -> list[Any]:
+        """The broker's copy of a record folded from the local log: acked with the row that
+        includes it, at once when that row is written already."""
+        queue = self.unwritten.get(route_name)
+        if not queue:
+            return [event, *await self._write_if_due(partition, 0, more)]
+        queue.append(_Folded(event, queue[-1].state, []))
+        return await self._write_if_due(partition, len(queue), more)
+
+    async def _fold(
+        self, parsed: RoutingLogEvent, event: Any, offset: int, partition: int, raw: bytes | None
+    ) -> str:
+        route_name = route_of(parsed)
+        started = time.perf_counter()
+        self.driver.states[route_name] = self.state(route_name)
+        try:
+            step = await self._drive(
+                self.driver.steps(parsed, offset, raw), route_name, partition, offset
+            )
+        except UnknownPolicyVersion:
+            # A route handed over by a rebalance names a version this worker's follower
+            # has not read yet: read the policy topic, then fold.
+            await policy.follower().refresh()
+            step = await self._drive(
+                self.driver.steps(parsed, offset, raw), route_name, partition, offset
+            )
+        metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
+        replies.remember_event(parsed, step.dispatches)  # reply addresses, for errors
+        send: Sender = direct
+        if exactly_once.ON:
+            send = (await _writer(partition)).sender()
+        sends = await _publish(step, _answered(parsed), send)
+        self.latest[route_name] = step.state
+        self.partition_of[route_name] = partition
+        self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
+        metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
+        route_gauges.export(route_name, step)
+        return route_name
+
+    async def _write_if_due(self, partition: int, pending: int, more: bool) -> list[Any]:
+        """Write the acknowledged rows of the partition's routes, unless the batch goes on
+        (``more``, or rows written lately) and the route has fewer than the batch's maximum
+        events pending; return the events now safe to ack."""
+        if pending < settings.router_batch_max and (more or self._wrote_lately(partition)):
+            return []
+        self.written_at[partition] = time.monotonic()
+        names = [r for r, p in self.partition_of.items() if p == partition]
+        if exactly_once.ON:
+            return await self._commit(partition, names)
+        safe: list[Any] = []
+        for name in names:
+            safe += self.write_acknowledged(name)
+        return safe
+
+    async def _commit(self, partition: int, names: list[str]) -> list[Any]:
+        """Exactly-once: commit the partition's records and the rows of its routes in one
+        transaction, then write the rows here; return the events now safe to ack."""
+        writer = await _writer(partition)
+        changelog = changelog_name()
+        rows = {}
+        for name in names:
+            key, value = row_record(name, self.unwritten[name][-1].state)
+            rows[name] = writer.send(changelog, key, value, partition)
+        try:
+            await writer.commit()
+        except NotCommitted as exc:
+            raise SendFailed(f"the transaction of routing partition {partition} failed") from exc
+        safe: list[Any] = []
+        for name in names:
+            safe += self.write_acknowledged(name, keep_route_state)
+        if rows:
+            restored_through(partition, max(row.result().offset for row in rows.values()))
+        return safe
+
+    def _wrote_lately(self, partition: int) -> bool:
+        """Rows of this partition were written less than ``router_flush_interval_s`` ago."""
+        last = self.written_at.get(partition)
+        return last is not None and time.monotonic() - last < settings.router_flush_interval_s
+
+    def write_acknowledged(
+        self, route_name: str, save: Callable[[str, RouteState], None] | None = None
+    ) -> list[Any]:
+        """Write the row of the newest state whose sends (and all before) are acknowledged
+        (``save``: instead of :func:`save_route_state`); return the events it includes."""
+        queue = self.unwritten.get(route_name) or deque()
+        done: list[_Folded] = []
+        while queue and all(send.done() for send in queue[0].sends):
+            for send in queue[0].sends:
+                if send.cancelled() or send.exception() is not None:
+                    # The producer gave up on a record: stop here, ack nothing more.
+                    raise SendFailed(f"send for {route_name!r} failed") from (
+                        None if send.cancelled() else send.exception()
+                    )
+            done.append(queue.popleft())
+        if done:
+            (save or save_route_state)(route_name, done[-1].state)
+        if not queue:
+            self.latest.pop(route_name, None)  # the row is the newest state again
+            self.unwritten.pop(route_name, None)
+            self.partition_of.pop(route_name, None)
+        return [folded.event for folded in done if folded.event is not None]
+
+    def forget(self) -> None:
+        """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
+        self.latest.clear()
+        self.unwritten.clear()
+        self.partition_of.clear()
+        self.driver.forget()
+
+    async def _drive(
+        self, run: Generator[Want, Recalled, Step], route_name: str, partition: int, through: int
+    ) -> Step:
+        """Run the driver's step, reading back from the log what its memory lacks."""
+        try:
+            want = next(run)
+            while True:
+                found = await self._reader().recall(
+                    want, route_name, partition, through, self.driver.recall(route_name)
+                )
+                metrics.ROUTER_RECALLS.labels(kind=want.kind).inc()
+                want = run.send(found)
+        except StopIteration as done:
+            return cast(Step, done.value)
+
+    def _reader(self) -> LogReader:
+        if self.reader is None:
+            self.reader = LogReader(
+                bootstrap_servers(settings.broker),
+                routing_topic.get_topic_name(),
+                tansu=settings.tansu_compat,
+                read_committed=exactly_once.ON,
+            )
+        return self.reader
+
+
+async def _writer(partition: int) -> TransactionalWriter:
+    """Exactly-once: the partition's transaction (SendFailed when this worker lost it)."""
+    try:
+        return await exactly_once.router_writers.get(partition)
+    except NotCommitted as exc:
+        raise SendFailed(str(exc)) from exc
+
+
+async def _publish(
+    step: Step, answered: str | None = None, send: Sender = direct
+) -> list[asyncio.Future[Any]]:
+    """Send the step's records and start its calls; return the records' delivery futures.
+
+    ``answered``: the request whose successful answer the executor already published
+    (the feedback said so): the fold derives the same record, not sent again. ``send``:
+    to the broker now, or into the partition's transaction (exactly-once).
+    """
+    pending: list[asyncio.Future[Any]] = []
+    for dispatch in step.dispatches:
+        decision = dispatch.decision
+        key = decision.request_id.encode()
+        pending.append(await send(decisions_topic, key, decision.model_dump_json(), None))
+        pending.append(await handoff.hand_off(dispatch, send))
+        metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
+        metrics.DECISIONS_BY_DOMAIN.labels(
+            domain=decision.domain or "none", candidate_filter=decision.candidate_filter
+        ).inc()
+    for record in step.records:  # budget asks, verdicts, settlements
+        key = route_of(record).encode()
+        pending.append(await send(routing_log, key, record.model_dump_json(), None))
+    for response in step.responses:
+        if response.request_id == answered and response.status == "ok":
+            continue
+        key = response.request_id.encode()
+        pending.append(await send(responses_topic, key, response.model_dump_json(), None))
+        replies.send_response(response, replies.address_of(response.request_id))
+        await read_judgement(response)  # a judge request's failure, counted
+        metrics.RESPONSES.labels(status=response.status, source="router").inc()
+        if response.error is not None and response.attempts == 0 and response.error.code:
+            metrics.REFUSALS.labels(code=response.error.code).inc()
+    return pending
+
+
+def _answered(parsed: RoutingLogEvent) -> str | None:
+    if isinstance(parsed, AttemptFinished) and parsed.answered:
+        return parsed.outcome.request_id
+    return None
