@@ -27,11 +27,17 @@ def _export_budget(key: str, state: RouteState) -> None:
         return
     scope = key.removeprefix("budget:")
     budget = policy_holder().current.config.budget_by_key.get(scope)
-    metrics.BUDGET_HELD_USD.labels(scope=scope).set(ledger.held)
-    for window, spent, _, remaining in budget_windows(ledger, budget):
-        metrics.BUDGET_SPENT_USD.labels(scope=scope, window=window).set(spent)
-        if remaining is not None:
-            metrics.BUDGET_REMAINING_USD.labels(scope=scope, window=window).set(remaining)
+    metrics.BUDGET_HELD_USD.labels(scope=scope).set(ledger.held.usd)
+    for shown in budget_windows(ledger, budget):
+        labels = {"scope": scope, "window": shown.window}
+        if shown.unit == "usd":
+            metrics.BUDGET_SPENT_USD.labels(**labels).set(shown.spent)
+            if shown.remaining is not None:
+                metrics.BUDGET_REMAINING_USD.labels(**labels).set(shown.remaining)
+        else:
+            metrics.BUDGET_SPENT.labels(unit=shown.unit, **labels).set(shown.spent)
+            if shown.remaining is not None:
+                metrics.BUDGET_REMAINING.labels(unit=shown.unit, **labels).set(shown.remaining)
 
 
 #: The breaker gauge's value last set per provider: set again only when it changes, not

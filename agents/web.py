@@ -111,18 +111,21 @@ def budget_report(states: dict[str, RouteState], limits: dict[str, Any]) -> dict
             continue
         scope = key.removeprefix("budget:")
         budget = limits.get(scope)
+        held = ledger.held
         row: dict[str, Any] = {
-            "day": ledger.day,
-            "spent_day_usd": ledger.day_usd,
-            "month": ledger.month,
-            "spent_month_usd": ledger.month_usd,
-            "held_usd": ledger.held,
+            "day": ledger.in_window("day").label,
+            "month": ledger.in_window("month").label,
+            "held_usd": held.usd,
+            "held_tokens": held.tokens,
+            "held_requests": held.requests,
             "attempts_held": len(ledger.holds),
             "asks_waiting": len(ledger.waiting),
         }
-        for window, _, limit, remaining in budget_windows(ledger, budget):
-            row[f"limit_{window}_usd"] = limit
-            row[f"remaining_{window}_usd"] = remaining
+        for shown in budget_windows(ledger, budget):
+            suffix = f"{shown.window}_{shown.unit}"
+            row[f"spent_{suffix}"] = shown.spent
+            row[f"limit_{suffix}"] = shown.limit
+            row[f"remaining_{suffix}"] = shown.remaining
         report[scope] = row
     return report
 

@@ -6,15 +6,36 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+#: The windows a budget's limits are counted in: UTC minutes, hours, days and months.
+WINDOWS = ("minute", "hour", "day", "month")
+#: What a budget limits: requests, tokens (input and output) and dollars.
+UNITS = ("requests", "tokens", "usd")
+
 
 class Budget(BaseModel):
-    """Issue 13 §3: USD a tenant, an API key (the gateway key's ``name``) or a route may
-    spend per UTC day and per month; requests beyond it are refused (``budget_exceeded``)."""
+    """Requests, tokens and dollars a tenant, an API key (the gateway key's ``name``) or a
+    route may use per UTC minute, hour, day and month; requests beyond a limit are refused
+    (``budget_exceeded``, 429 with a Retry-After when a later window would take them).
+
+    A request is counted on its first attempt (not again for retries and fallbacks);
+    tokens are the input and output tokens its attempts reported; dollars their cost.
+    ``scope: tenant, name: "*"`` is the limit of the requests that name no tenant, together.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     scope: Literal["tenant", "key", "route"]
     name: str = Field(min_length=1, max_length=200)
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    requests_per_hour: int | None = Field(default=None, gt=0)
+    requests_per_day: int | None = Field(default=None, gt=0)
+    requests_per_month: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_hour: int | None = Field(default=None, gt=0)
+    tokens_per_day: int | None = Field(default=None, gt=0)
+    tokens_per_month: int | None = Field(default=None, gt=0)
+    usd_per_minute: float | None = Field(default=None, gt=0.0)
+    usd_per_hour: float | None = Field(default=None, gt=0.0)
     usd_per_day: float | None = Field(default=None, gt=0.0)
     usd_per_month: float | None = Field(default=None, gt=0.0)
     #: Output tokens an attempt is assumed to produce when the request sets no
@@ -25,10 +46,30 @@ class Budget(BaseModel):
     def key(self) -> str:
         return f"{self.scope}:{self.name}"
 
+    def limit(self, unit: str, window: str) -> float | None:
+        """The limit of ``unit`` per ``window`` (None: not limited)."""
+        value: float | None = getattr(self, f"{unit}_per_{window}")
+        return value
+
+    def limits(self) -> list[tuple[str, str, float]]:
+        """Every (unit, window, limit) set."""
+        found = []
+        for unit in UNITS:
+            for window in WINDOWS:
+                value = self.limit(unit, window)
+                if value is not None:
+                    found.append((unit, window, value))
+        return found
+
     @model_validator(mode="after")
     def _some_limit(self) -> Budget:
-        if self.usd_per_day is None and self.usd_per_month is None:
-            raise ValueError(f"budget {self.key}: set usd_per_day and/or usd_per_month")
+        if not self.limits():
+            raise ValueError(
+                f"budget {self.key}: set a limit (requests_, tokens_ or usd_ per_minute, "
+                "per_hour, per_day or per_month)"
+            )
+        if self.name == "*" and self.scope != "tenant":
+            raise ValueError(f"budget {self.key}: '*' names the requests without a tenant")
         return self
 
 

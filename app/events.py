@@ -270,6 +270,8 @@ class ErrorBody(Frozen):
     message: str
     code: str | None = None
     http_status: int | None = None
+    #: When asking again may succeed (a limit's next window), seconds from the answer.
+    retry_after_s: float | None = None
 
 
 class Response(Envelope):

@@ -88,8 +88,18 @@ DECISIONS_BY_DOMAIN = Counter(
 COST_USD = Counter("switchyard_cost_usd_total", "Provider cost in USD.", ["provider"])
 BUDGET_SPENT_USD = Gauge(
     "switchyard_budget_spent_usd",
-    "A budget's spend in the current UTC day or month (issue 13), as its ledger folded it.",
+    "A budget's spend in the current UTC minute, hour, day or month, as its ledger folded it.",
     ["scope", "window"],
+)
+BUDGET_SPENT = Gauge(
+    "switchyard_budget_spent",
+    "Requests or tokens a budget counted in the current UTC window (those it limits).",
+    ["scope", "window", "unit"],
+)
+BUDGET_REMAINING = Gauge(
+    "switchyard_budget_remaining",
+    "A budget's limit of requests or tokens minus its count and what it holds in flight.",
+    ["scope", "window", "unit"],
 )
 BUDGET_REMAINING_USD = Gauge(
     "switchyard_budget_remaining_usd",

@@ -51,6 +51,8 @@ class Log:
     lag: int = 8
     status: Callable[[Decision], StatusClass] = _success
     cost: float = 0.0
+    #: Output tokens every attempt reports.
+    tokens: int = 0
     events: dict[int, RoutingLogEvent] = field(default_factory=dict)
     responses: list[Response] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
@@ -94,7 +96,7 @@ class Log:
             final=ok or status is StatusClass.CLIENT_ERROR,
             retriable=not ok and status is not StatusClass.CLIENT_ERROR,
             route=decision.route,
-        ).model_copy(update={"cost_usd": self.cost})
+        ).model_copy(update={"cost_usd": self.cost, "tokens_out": self.tokens})
         self.costs.append(self.cost)
         return AttemptFinished(
             id=derived_id("finished", decision.request_id, decision.attempt),

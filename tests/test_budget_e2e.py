@@ -22,7 +22,8 @@ from app.client import all_answered, read_topics
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
-from app.events import AttemptFinished, BudgetSettle, Outcome
+from app.events import AttemptFinished, BudgetSettle, Outcome, route_of
+from app.routing.budget import label_of
 
 pytestmark = pytest.mark.broker
 REQUESTS = 1000
@@ -123,6 +124,95 @@ async def test_a_burst_against_a_budget_on_three_workers(
     ledgers = [s["route:chat"] for s in shown if "route:chat" in s]
     assert any(row["spent_day_usd"] == pytest.approx(spent, abs=1e-12) for row in ledgers)
     assert all(row["limit_day_usd"] == limit for row in ledgers)
+
+    code, out = await switchyard(stack, "replay", "--json", "--allow-pending")
+    report = json.loads(out)
+    assert code == 0 and report["mismatched"] == 0, report["first_mismatches"]
+
+
+TENANT_LIMIT_WORST_CASES = 60
+LIMITED_ROUTES = ("chat", "code", "docs")
+
+
+def worst_tokens() -> int:
+    """What one attempt of these requests holds in tokens: the prompt's characters and
+    ``max_tokens``."""
+    return PROMPT_CHARS + MAX_TOKENS
+
+
+def with_token_limit(sim: SimulatedProviders) -> str:
+    """Three routes over the same deployments, one tenant's tokens per minute over all."""
+    config = yaml.safe_load(demo_providers_yaml(sim))
+    chat_route = config["routes"]["chat"]
+    config["routes"] = {route: dict(chat_route) for route in LIMITED_ROUTES}
+    limit = TENANT_LIMIT_WORST_CASES * worst_tokens()
+    config["budgets"] = [{"scope": "tenant", "name": "acme", "tokens_per_minute": limit}]
+    return yaml.safe_dump(config)
+
+
+@pytest.fixture
+async def limited(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
+    running = EmbeddedStack(
+        broker=broker,
+        namespace=f"l{uuid.uuid4().hex[:8]}",
+        time_scale=0.02,
+        providers_yaml=with_token_limit,
+        env={"SWITCHYARD_REQUEST_DEADLINE_S": "600"},
+    )
+    await running.start(workers=3)
+    try:
+        await warm_up(running, timeout_s=90)
+        yield running
+    finally:
+        await running.stop()
+
+
+async def test_tokens_per_minute_hold_across_three_workers_and_three_routes(
+    limited: EmbeddedStack,
+) -> None:
+    """Every minute of the tenant's ledger counts at most its limit: the ledger is folded
+    by one writer whatever worker runs the routes, and an attempt uses less than it holds
+    (the worst case: prompt characters and ``max_tokens``)."""
+    stack = limited
+    limit = TENANT_LIMIT_WORST_CASES * worst_tokens()
+    requests = [
+        {**chat(f"t-{n:04d}"), "model": LIMITED_ROUTES[n % 3], "tenant": "acme"} for n in range(450)
+    ]
+    await publish(stack, list(requests))
+    topic = stack.topics.responses
+    answered = all_answered([r["request_id"] for r in requests], topic)
+    seen = await read_topics(stack.broker.bootstrap, [topic], answered, timeout_s=240)
+    mine = {r["request_id"]: r for r in seen[topic] if r["request_id"].startswith("t-")}
+    assert len(mine) == len(requests)
+    refused = [r for r in mine.values() if r["status"] == "error"]
+    assert refused, "the limit binds"
+    for answer in refused:
+        assert (answer["error"]["code"], answer["error"]["http_status"]) == (
+            "budget_exceeded",
+            429,
+        )
+        assert 0 < answer["error"]["retry_after_s"] <= 60  # the next minute's start
+
+    # The ledger's own order: its clock (the latest time it folded) names the minute
+    # each settlement counts in; the first settlement of an attempt counts.
+    log = await read_broker(stack.broker.bootstrap, stack.topics)
+    clock = 0.0
+    counted: set[tuple[str, int]] = set()
+    per_minute: dict[str, int] = {}
+    served: dict[str, set[str]] = {}
+    for event in events(log.routing):
+        if route_of(event) != "budget:tenant:acme":
+            continue
+        clock = max(clock, event.occurred_at.timestamp())
+        if isinstance(event, BudgetSettle) and (event.request_id, event.attempt) not in counted:
+            counted.add((event.request_id, event.attempt))
+            minute = label_of("minute", clock)
+            per_minute[minute] = per_minute.get(minute, 0) + event.tokens
+            if event.requests:
+                served.setdefault(minute, set()).add(event.request_id)
+    assert per_minute and all(tokens <= limit for tokens in per_minute.values()), per_minute
+    ok = {r for r, answer in mine.items() if answer["status"] == "ok"}
+    assert set().union(*served.values()) >= ok  # every answered request was counted
 
     code, out = await switchyard(stack, "replay", "--json", "--allow-pending")
     report = json.loads(out)

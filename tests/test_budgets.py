@@ -14,11 +14,11 @@ from app.events import (
 )
 from app.routing.answers import at
 from app.routing.budget import on_clock
-from app.routing.budget_route import worst_case_usd
+from app.routing.budget_route import worst_case
 from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.routing.rows import dumps, loads
-from app.routing.state import Ledger, RouteState
+from app.routing.state import Amount, Ledger, RouteState, Spent
 
 PRICE_IN, PRICE_OUT = 1.0, 4.0  # USD per million tokens
 COST = 0.0005  # what every attempt really costs (its worst case: 0.00084)
@@ -46,6 +46,10 @@ def asks(count: int, tenant: str | None = None) -> list[RoutingLogEvent]:
     return out
 
 
+def usd(book: Ledger, window: str = "day") -> float:
+    return book.in_window(window).amount.usd
+
+
 def ledger(driver: Driver, scope: str) -> Ledger:
     found = driver.state(f"budget:{scope}").ledger
     assert found is not None
@@ -56,7 +60,10 @@ def test_worst_case_is_the_prompt_in_characters_and_max_tokens_at_the_dearest_pr
     policy = budget_policy(Budget(scope="route", name="chat", usd_per_day=1.0))
     (request,) = asks(1)
     assert isinstance(request, type(accepted("x")))
-    assert worst_case_usd(request, policy, ("route:chat",)) == pytest.approx(WORST)
+    worst = worst_case(request, 1, policy, ("route:chat",))
+    assert worst.usd == pytest.approx(WORST)
+    assert (worst.tokens, worst.requests) == (40 + 200, 1)
+    assert worst_case(request, 2, policy, ("route:chat",)).requests == 0  # counted once
 
 
 def test_a_burst_spends_exactly_what_the_outcomes_cost_and_never_more_than_the_budget() -> None:
@@ -68,10 +75,10 @@ def test_a_burst_spends_exactly_what_the_outcomes_cost_and_never_more_than_the_b
     assert len(ok) + len(refused) == 1000 == len({r.request_id for r in log.responses})
     assert {r.error.code for r in refused if r.error} == {"budget_exceeded"}
     book = ledger(driver, "route:chat")
-    assert book.day_usd == pytest.approx(sum(log.costs)) == pytest.approx(len(ok) * COST)
-    assert book.day_usd <= limit
+    assert usd(book) == pytest.approx(sum(log.costs)) == pytest.approx(len(ok) * COST)
+    assert usd(book) <= limit
     # Holds are the worst case: the budget is used up to less than one of them.
-    assert limit - book.day_usd < WORST
+    assert limit - usd(book) < WORST
     assert book.holds == {} and book.waiting == ()
     assert driver.state("chat").holds == {}
 
@@ -86,8 +93,8 @@ def test_a_tenant_and_its_route_are_two_ledgers_both_asked() -> None:
     ok = sum(r.status == "ok" for r in log.responses)
     # Worth 20 attempts; the 20th's worst case no longer fits after 19 were spent.
     assert ok == 19
-    assert ledger(driver, "tenant:acme").month_usd == pytest.approx(19 * COST)
-    assert ledger(driver, "route:chat").day_usd == pytest.approx(19 * COST)  # no more
+    assert usd(ledger(driver, "tenant:acme"), "month") == pytest.approx(19 * COST)
+    assert usd(ledger(driver, "route:chat")) == pytest.approx(19 * COST)  # no more
     denied = [r for r in log.responses if r.error]
     assert all("tenant:acme" in r.error.message for r in denied if r.error)
 
@@ -98,15 +105,23 @@ def test_failed_attempts_settle_their_cost_and_retries_ask_again() -> None:
     driver = log.run(asks(10))
     assert all(r.status == "error" for r in log.responses)
     book = ledger(driver, "route:chat")
-    assert book.day_usd == pytest.approx(sum(log.costs)) == pytest.approx(20 * COST)
+    assert usd(book) == pytest.approx(sum(log.costs)) == pytest.approx(20 * COST)
     assert book.holds == {}
 
 
 def test_a_day_rolls_over_on_event_time() -> None:
-    book = on_clock(Ledger(day="2023-11-14", day_usd=5.0, month="2023-11", month_usd=9.0), T0)
-    assert (book.day_usd, book.month_usd) == (5.0, 9.0)
+    spent = {
+        "day": Spent("2023-11-14", Amount(usd=5.0)),
+        "month": Spent("2023-11", Amount(usd=9.0)),
+    }
+    book = on_clock(Ledger(spent=spent), T0)
+    assert (usd(book), usd(book, "month")) == (5.0, 9.0)
     later = on_clock(book, T0 + 86_400)
-    assert (later.day, later.day_usd, later.month_usd) == ("2023-11-15", 0.0, 9.0)
+    assert (later.in_window("day").label, usd(later), usd(later, "month")) == (
+        "2023-11-15",
+        0.0,
+        9.0,
+    )
 
 
 def test_ledgers_and_holds_round_trip_in_rows() -> None:
@@ -143,7 +158,7 @@ def test_copies_re_sent_after_a_crash_count_once() -> None:
     book, _ = settle(book, done, limits, T0 + 1)
     book, _ = ask(book, question, limits, T0 + 2)  # re-sent after it ended
     book, _ = settle(book, done, limits, T0 + 3)
-    assert book.day_usd == pytest.approx(0.004) and book.holds == {}
+    assert usd(book) == pytest.approx(0.004) and book.holds == {}
     # On the route: a copy of a verdict for an attempt already held and in flight gives
     # nothing back (its settlement will count its cost).
     route = RouteState(holds={"r0#1": Hold(("route:chat",), 0.01, granted=True)})

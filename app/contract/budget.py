@@ -1,7 +1,7 @@
 """Budgets as events (issue 13 §3): asks, verdicts and settlements on the routing log.
 
-A budget (USD per day and per month of a tenant, an API key or a route) is a
-ledger with one writer: its own key of the routing log, ``budget:SCOPE``
+A budget (requests, tokens and dollars per minute, hour, day and month of a tenant,
+an API key or a route) is a ledger with one writer: its own key of the routing log, ``budget:SCOPE``
 (``budget:tenant:acme``), folded like a route. Before an attempt of a request
 under budgets is decided, its route asks each ledger in turn to hold the
 attempt's worst-case cost (:class:`BudgetAsk`, passed from ledger to ledger);
@@ -22,13 +22,18 @@ from app.contract.base import Envelope
 
 
 class BudgetAsk(Envelope):
-    """Hold ``amount_usd`` on ledger ``scopes[index]`` for one attempt."""
+    """Hold the attempt's worst case (``amount_usd``, ``tokens``, ``requests``) on ledger
+    ``scopes[index]``."""
 
     type: Literal["budget.ask"] = "budget.ask"
     route: str
     request_id: str
     attempt: int
     amount_usd: float = Field(ge=0.0)
+    #: Input and output tokens at most.
+    tokens: int = Field(default=0, ge=0)
+    #: 1 for a request's first attempt (a request counts once), else 0.
+    requests: int = Field(default=0, ge=0, le=1)
     #: Every ledger the request is under, in the order they are asked.
     scopes: list[str]
     index: int = Field(ge=0)
@@ -51,10 +56,13 @@ class BudgetVerdict(Envelope):
     scopes: list[str]
     denied_by: str | None = None
     reason: str = ""
+    #: Refused in this window but not in a later one: seconds until it starts.
+    retry_after_s: float | None = Field(default=None, ge=0.0)
 
 
 class BudgetSettle(Envelope):
-    """To a ledger: the attempt ended and cost ``cost_usd`` (0 for a hold given back)."""
+    """To a ledger: the attempt ended and used ``cost_usd``, ``tokens`` and ``requests``
+    (all 0 for a hold given back)."""
 
     type: Literal["budget.settle"] = "budget.settle"
     scope: str
@@ -62,6 +70,8 @@ class BudgetSettle(Envelope):
     request_id: str
     attempt: int
     cost_usd: float = Field(ge=0.0)
+    tokens: int = Field(default=0, ge=0)
+    requests: int = Field(default=0, ge=0, le=1)
 
 
 def ledger_key(scope: str) -> str:

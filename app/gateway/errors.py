@@ -97,7 +97,9 @@ def from_error_body(error: ErrorBody | None) -> GatewayError:
     if code == "tenant_rate_limited":
         return GatewayError(429, message, code, _retry_in(message), should_retry=False)
     if "budget" in code or code == "insufficient_quota":
-        return GatewayError(429, message, code, should_retry=False)
+        # A limit whose next window would take it says when; a spent budget does not.
+        later = error.retry_after_s
+        return GatewayError(429, message, code, later, should_retry=None if later else False)
     if code == RESPONSE_TOO_LARGE:
         return GatewayError(502, message, code, should_retry=False)
     if code == "deadline_exceeded":

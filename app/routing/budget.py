@@ -1,59 +1,108 @@
-"""A budget's ledger (issue 13 §3): holds, waits, settlements. Pure, on event time.
+"""A budget's ledger: holds, waits, settlements. Pure, on event time.
 
-An ask is held when the budget's spend in the current UTC day and month, plus
-what it already holds for attempts in flight, plus the ask's worst case, stays
-within each limit. It is refused at once when the spend alone plus the ask
-would pass a limit (it could never fit before the window ends), and otherwise
-waits, first come first served, until settlements free enough; a waiting ask is
-given up at its request's deadline (its route answers it then).
+A budget limits requests, tokens and dollars per UTC minute, hour, day and month
+(app/config_access.py). An ask is held when, for every limit, the window's spend,
+plus what the ledger already holds for attempts in flight, plus the ask's worst
+case, stays within it. It is refused at once when the spend alone plus the ask
+passes a limit (it cannot fit before the window ends): with the seconds until the
+next window when that one could hold it (a 429's Retry-After). Otherwise it waits,
+first come first served, until settlements free enough; a waiting ask is given up
+at its request's deadline (its route answers it then).
 
-The guarantee: spend never passes a limit as long as an attempt costs no more
-than its hold. A hold is the attempt's worst case: the prompt's characters as
-input tokens (a token is at least one character for the tokenizers in use) and
-the request's ``max_tokens`` (else the budget's ``default_max_tokens``) as output
-tokens, at the highest prices among the route's deployments. An attempt that
-reports more usage than that is still counted in full: the spend is exact, and
-the overshoot is what such attempts cost beyond their hold.
+The guarantee: spend never passes a limit as long as an attempt uses no more than
+its hold. A hold is the attempt's worst case: the prompt's characters as input
+tokens (a token is at least one character for the tokenizers in use) and the
+request's ``max_tokens`` (else the budget's ``default_max_tokens``) as output
+tokens, priced at the highest prices among the route's deployments, and one
+request for a first attempt. An attempt that reports more usage than that is still
+counted in full: the spend is exact, and the overshoot is what such attempts used
+beyond their hold (at most one request's worst case per attempt in flight).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 from app.config import Budget
+from app.config_access import UNITS, WINDOWS
 from app.events import BudgetAsk, BudgetSettle, BudgetVerdict, RoutingLogEvent, derived_id
 from app.routing.answers import at
-from app.routing.state import Ledger, Waiting, attempt_key
+from app.routing.state import Amount, Ledger, Spent, Waiting, attempt_key
 
 #: Asks a ledger keeps waiting at most; past it, an ask is refused (``budget_busy``).
 MAX_WAITING = 10_000
 #: Settled attempts a ledger remembers, so that copies re-sent after a crash (the route
 #: re-folds from its last row and sends its asks and settlements again) change nothing.
 RECENT_SETTLED = 4096
+_FORMATS = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d", "month": "%Y-%m"}
 
 
-def windows(
-    ledger: Ledger, budget: Budget | None
-) -> list[tuple[str, float, float | None, float | None]]:
-    """Per window (``day``, ``month``): spend, limit and what remains (limit − spend −
-    holds), as ``/admin/budgets`` and the metrics show them (None: no limit)."""
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A limit's state, as shown: spent, limit and what remains (None: no limit)."""
+
+    unit: str
+    window: str
+    label: str
+    spent: float
+    limit: float | None
+    remaining: float | None
+
+
+def windows(ledger: Ledger, budget: Budget | None) -> list[Window]:
+    """Per unit and window limited (and ``usd`` per day and month always): what was spent,
+    the limit and what remains (limit − spent − held), as ``/admin/budgets`` and the
+    metrics show them (None: no limit)."""
+    shown = {("usd", "day"), ("usd", "month")}
+    if budget is not None:
+        shown |= {(unit, window) for unit, window, _ in budget.limits()}
+    held = ledger.held
     out = []
-    for window, spent in (("day", ledger.day_usd), ("month", ledger.month_usd)):
-        limit = None if budget is None else getattr(budget, f"usd_per_{window}")
-        out.append((window, spent, limit, None if limit is None else limit - spent - ledger.held))
+    for unit in UNITS:
+        for window in WINDOWS:
+            if (unit, window) not in shown:
+                continue
+            spent = float(getattr(ledger.in_window(window).amount, unit))
+            limit = None if budget is None else budget.limit(unit, window)
+            remaining = None if limit is None else limit - spent - getattr(held, unit)
+            out.append(
+                Window(unit, window, ledger.in_window(window).label, spent, limit, remaining)
+            )
     return out
 
 
-def on_clock(ledger: Ledger, clock: float) -> Ledger:
-    """The ledger in the UTC day and month of ``clock`` (a new one starts at zero)."""
+def label_of(window: str, clock: float) -> str:
+    """The UTC window ``clock`` falls in (``2026-12-05T03:41``, ``2026-12-05T03``, …)."""
+    return datetime.fromtimestamp(clock, UTC).strftime(_FORMATS[window])
+
+
+def seconds_left(window: str, clock: float) -> float:
+    """Seconds from ``clock`` to the start of the next window."""
     moment = datetime.fromtimestamp(clock, UTC)
-    day, month = moment.strftime("%Y-%m-%d"), moment.strftime("%Y-%m")
-    if ledger.day == day and ledger.month == month:
-        return ledger
-    day_usd = ledger.day_usd if ledger.day == day else 0.0
-    month_usd = ledger.month_usd if ledger.month == month else 0.0
-    return replace(ledger, day=day, day_usd=day_usd, month=month, month_usd=month_usd)
+    if window == "minute":
+        start = moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    elif window == "hour":
+        start = moment.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    elif window == "day":
+        start = moment.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    else:
+        first = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        start = (first + timedelta(days=32)).replace(day=1)
+    return start.timestamp() - clock
+
+
+def on_clock(ledger: Ledger, clock: float) -> Ledger:
+    """The ledger in the UTC minute, hour, day and month of ``clock`` (a new window starts
+    at zero)."""
+    spent = dict(ledger.spent)
+    changed = False
+    for window in WINDOWS:
+        label = label_of(window, clock)
+        if ledger.in_window(window).label != label:
+            spent[window] = Spent(label)
+            changed = True
+    return replace(ledger, spent=spent) if changed else ledger
 
 
 def ask(
@@ -72,8 +121,9 @@ def ask(
     if ledger.waiting and budget is not None:
         if len(ledger.waiting) >= MAX_WAITING:
             return ledger, [_denied(waiting, clock, "budget_busy")]
-        if _never_fits(ledger, waiting.amount, budget):
-            return ledger, [_denied(waiting, clock, _exceeded(ledger, waiting.amount, budget))]
+        refusal = _refusal(ledger, waiting.amount, budget, clock)
+        if refusal is not None:
+            return ledger, [_denied(waiting, clock, *refusal)]
         return replace(ledger, waiting=(*ledger.waiting, waiting)), []
     return _consider(ledger, waiting, budget, clock)
 
@@ -81,17 +131,21 @@ def ask(
 def settle(
     ledger: Ledger, event: BudgetSettle, budget: Budget | None, clock: float
 ) -> tuple[Ledger, list[RoutingLogEvent]]:
-    """Count an attempt's cost (once), free its hold, then serve the asks that now fit."""
+    """Count what an attempt used (once), free its hold, then serve the asks that now fit."""
     ledger = on_clock(ledger, clock)
     key = attempt_key(event.request_id, event.attempt)
     if key not in ledger.holds:
         return ledger, []  # a copy: already settled (or never held: nothing to count)
     holds = {k: v for k, v in ledger.holds.items() if k != key}
+    used = Amount(event.requests, event.tokens, event.cost_usd)
+    spent = {
+        window: Spent(ledger.in_window(window).label, ledger.in_window(window).amount.plus(used))
+        for window in WINDOWS
+    }
     ledger = replace(
         ledger,
         holds=holds,
-        day_usd=ledger.day_usd + event.cost_usd,
-        month_usd=ledger.month_usd + event.cost_usd,
+        spent=spent,
         settled=(*ledger.settled, key)[-RECENT_SETTLED:],
     )
     return serve_waiting(ledger, budget, clock)
@@ -122,29 +176,41 @@ def _consider(
 ) -> tuple[Ledger, list[RoutingLogEvent]]:
     if budget is None:  # the budget was removed by a policy change: nothing to hold
         return ledger, [_passed(waiting, clock)]
-    if _never_fits(ledger, waiting.amount, budget):
-        return ledger, [_denied(waiting, clock, _exceeded(ledger, waiting.amount, budget))]
-    if not _fits(ledger, ledger.held + waiting.amount, budget):
+    refusal = _refusal(ledger, waiting.amount, budget, clock)
+    if refusal is not None:
+        return ledger, [_denied(waiting, clock, *refusal)]
+    if _over(ledger, ledger.held.plus(waiting.amount), budget) is not None:
         return replace(ledger, waiting=(*ledger.waiting, waiting)), []
     key = attempt_key(waiting.request_id, waiting.attempt)
     ledger = replace(ledger, holds={**ledger.holds, key: waiting.amount})
     return ledger, [_passed(waiting, clock)]
 
 
-def _fits(ledger: Ledger, extra: float, budget: Budget) -> bool:
-    day_ok = budget.usd_per_day is None or ledger.day_usd + extra <= budget.usd_per_day
-    month_ok = budget.usd_per_month is None or ledger.month_usd + extra <= budget.usd_per_month
-    return day_ok and month_ok
+def _over(ledger: Ledger, extra: Amount, budget: Budget) -> tuple[str, str, float] | None:
+    """The first (unit, window, limit) that the window's spend plus ``extra`` passes."""
+    for unit, window, limit in budget.limits():
+        if getattr(ledger.in_window(window).amount, unit) + getattr(extra, unit) > limit:
+            return unit, window, limit
+    return None
 
 
-def _never_fits(ledger: Ledger, amount: float, budget: Budget) -> bool:
-    return not _fits(ledger, amount, budget)
-
-
-def _exceeded(ledger: Ledger, amount: float, budget: Budget) -> str:
-    if budget.usd_per_day is not None and ledger.day_usd + amount > budget.usd_per_day:
-        return f"day {ledger.day}: ${ledger.day_usd:.6f} of ${budget.usd_per_day:g} spent"
-    return f"month {ledger.month}: ${ledger.month_usd:.6f} of ${budget.usd_per_month:g} spent"
+def _refusal(
+    ledger: Ledger, amount: Amount, budget: Budget, clock: float
+) -> tuple[str, float | None] | None:
+    """Why the ask can never be held in the current windows (the spend alone and it pass a
+    limit), and when a later window could hold it (None: larger than the limit itself);
+    None when it may still be held once attempts in flight settle."""
+    over = _over(ledger, amount, budget)
+    if over is None:
+        return None
+    unit, window, limit = over
+    spent = getattr(ledger.in_window(window).amount, unit)
+    label = ledger.in_window(window).label
+    shown = f"${spent:.6f} of ${limit:g}" if unit == "usd" else f"{spent:,} of {limit:,} {unit}"
+    reason = f"{window} {label}: {shown} used"
+    if getattr(amount, unit) > limit:
+        return f"{reason}; this request alone needs {getattr(amount, unit):,}", None
+    return reason, round(seconds_left(window, clock), 3)
 
 
 def _passed(waiting: Waiting, clock: float) -> RoutingLogEvent:
@@ -157,7 +223,9 @@ def _passed(waiting: Waiting, clock: float) -> RoutingLogEvent:
             route=waiting.route,
             request_id=waiting.request_id,
             attempt=waiting.attempt,
-            amount_usd=waiting.amount,
+            amount_usd=waiting.amount.usd,
+            tokens=waiting.amount.tokens,
+            requests=waiting.amount.requests,
             scopes=list(waiting.scopes),
             index=following,
             deadline=waiting.deadline,
@@ -174,18 +242,27 @@ def _waiting(event: BudgetAsk) -> Waiting:
         event.request_id,
         event.attempt,
         event.route,
-        event.amount_usd,
+        Amount(event.requests, event.tokens, event.amount_usd),
         tuple(event.scopes),
         event.index,
         event.deadline,
     )
 
 
-def _denied(waiting: Waiting, clock: float, reason: str) -> RoutingLogEvent:
-    return _verdict(waiting, clock, granted=False, reason=reason)
+def _denied(
+    waiting: Waiting, clock: float, reason: str, retry_after_s: float | None = None
+) -> RoutingLogEvent:
+    return _verdict(waiting, clock, granted=False, reason=reason, retry_after_s=retry_after_s)
 
 
-def _verdict(waiting: Waiting, clock: float, *, granted: bool, reason: str = "") -> BudgetVerdict:
+def _verdict(
+    waiting: Waiting,
+    clock: float,
+    *,
+    granted: bool,
+    reason: str = "",
+    retry_after_s: float | None = None,
+) -> BudgetVerdict:
     return BudgetVerdict(
         id=derived_id("budget.verdict", waiting.request_id, waiting.attempt),
         occurred_at=at(clock),
@@ -196,4 +273,5 @@ def _verdict(waiting: Waiting, clock: float, *, granted: bool, reason: str = "")
         scopes=list(waiting.scopes[: waiting.index + (1 if granted else 0)]),
         denied_by=None if granted else waiting.scopes[waiting.index],
         reason=reason,
+        retry_after_s=retry_after_s,
     )

@@ -1,4 +1,4 @@
-"""A route's side of budgets (issue 13 §3): ask before deciding, settle when done.
+"""A route's side of budgets: ask before deciding, settle when done.
 
 An attempt of a request under budgets (its route's, its tenant's, its API
 key's) is parked before it is decided, and its worst-case cost asked of each
@@ -26,7 +26,7 @@ from app.events import (
 )
 from app.routing.answers import at, deadline_of, error_response
 from app.routing.policy import Policy
-from app.routing.state import Hold, Parked, RouteState, attempt_key
+from app.routing.state import Amount, Hold, Parked, RouteState, attempt_key
 from app.routing.steps import Step
 
 #: A parked attempt waiting for a verdict is looked at again only when one comes.
@@ -34,32 +34,38 @@ NO_LOOK = 1e18
 
 
 def scopes_of(accepted: RequestAccepted, policy: Policy) -> tuple[str, ...]:
-    """The budgets a request is under, in the order they are asked."""
+    """The budgets a request is under, in the order they are asked (a request that names
+    no tenant is under ``tenant:*``, when there is one)."""
     budgets = policy.config.budget_by_key
     if not budgets:
         return ()
     request = accepted.request
     wanted = [f"route:{accepted.route}"]
-    if request.tenant is not None:
-        wanted.append(f"tenant:{request.tenant}")
+    wanted.append(f"tenant:{request.tenant}" if request.tenant is not None else "tenant:*")
     if request.key_name is not None:
         wanted.append(f"key:{request.key_name}")
     return tuple(scope for scope in wanted if scope in budgets)
 
 
-def worst_case_usd(accepted: RequestAccepted, policy: Policy, scopes: tuple[str, ...]) -> float:
-    """An attempt's cost at most: every prompt character a token, ``max_tokens`` (else
-    the budgets' default) output tokens, at the dearest deployment's prices."""
-    arms = policy.arms(accepted.route)
-    if not arms:
-        return 0.0
-    input_price = max(arm.provider.input_price for arm in arms)
-    output_price = max(arm.provider.output_price for arm in arms)
+def worst_case(
+    accepted: RequestAccepted, attempt: int, policy: Policy, scopes: tuple[str, ...]
+) -> Amount:
+    """What an attempt uses at most: every prompt character a token, ``max_tokens`` (else
+    the budgets' default) output tokens, at the dearest deployment's prices; one request
+    for the first attempt (a request counts once)."""
     budgets = policy.config.budget_by_key
     output_tokens = accepted.request.max_tokens or max(
         budgets[scope].default_max_tokens for scope in scopes
     )
-    return (accepted.prompt_chars * input_price + output_tokens * output_price) / 1_000_000
+    requests = 1 if attempt == 1 else 0
+    tokens = accepted.prompt_chars + output_tokens
+    arms = policy.arms(accepted.route)
+    if not arms:
+        return Amount(requests, tokens, 0.0)
+    input_price = max(arm.provider.input_price for arm in arms)
+    output_price = max(arm.provider.output_price for arm in arms)
+    usd = (accepted.prompt_chars * input_price + output_tokens * output_price) / 1_000_000
+    return Amount(requests, tokens, usd)
 
 
 def ask_first(
@@ -80,7 +86,7 @@ def ask_first(
     hold = state.holds.get(key)
     if not scopes or (hold is not None and hold.granted):
         return None
-    amount = worst_case_usd(accepted, policy, scopes)
+    amount = worst_case(accepted, attempt, policy, scopes)
     deadline = deadline_of(accepted, policy)
     parked = Parked(
         request_id=request_id,
@@ -94,7 +100,7 @@ def ask_first(
     state = replace(
         state,
         parked={**state.parked, key: parked},
-        holds={**state.holds, key: Hold(scopes, amount)},
+        holds={**state.holds, key: Hold(scopes, amount.usd)},
     )
     first = BudgetAsk(
         id=derived_id("budget.ask", request_id, attempt, 0),
@@ -102,7 +108,9 @@ def ask_first(
         route=accepted.route,
         request_id=request_id,
         attempt=attempt,
-        amount_usd=amount,
+        amount_usd=amount.usd,
+        tokens=amount.tokens,
+        requests=amount.requests,
         scopes=list(scopes),
         index=0,
         deadline=deadline,
@@ -132,6 +140,7 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
         message=f"budget {verdict.denied_by} cannot cover this request ({verdict.reason})",
         code="budget_exceeded",
         http_status=429,
+        retry_after_s=verdict.retry_after_s,
     )
     state = replace(
         state,
@@ -143,15 +152,15 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
 
 
 def settle_attempt(
-    state: RouteState, route: str, request_id: str, attempt: int, cost_usd: float
+    state: RouteState, route: str, request_id: str, attempt: int, used: Amount
 ) -> tuple[RouteState, list[RoutingLogEvent]]:
-    """An attempt ended: every ledger holding it learns its cost."""
+    """An attempt ended: every ledger holding it learns what it used."""
     key = attempt_key(request_id, attempt)
     hold = state.holds.get(key)
     if hold is None:
         return state, []
     holds = {k: v for k, v in state.holds.items() if k != key}
-    records = [_settle(state, route, request_id, attempt, s, cost_usd) for s in hold.scopes]
+    records = [_settle(state, route, request_id, attempt, s, used) for s in hold.scopes]
     return replace(state, holds=holds), list(records)
 
 
@@ -171,7 +180,7 @@ def give_back_answered(
     for key in done:
         request_id, _, number = key.rpartition("#")
         for scope in state.holds[key].scopes:
-            records.append(_settle(state, route, request_id, int(number), scope, 0.0))
+            records.append(_settle(state, route, request_id, int(number), scope, Amount()))
     holds = {k: v for k, v in state.holds.items() if k not in done}
     return replace(state, holds=holds), records
 
@@ -180,13 +189,13 @@ def _give_back(
     state: RouteState, verdict: BudgetVerdict, scopes: list[str]
 ) -> list[RoutingLogEvent]:
     return [
-        _settle(state, verdict.route, verdict.request_id, verdict.attempt, scope, 0.0)
+        _settle(state, verdict.route, verdict.request_id, verdict.attempt, scope, Amount())
         for scope in scopes
     ]
 
 
 def _settle(
-    state: RouteState, route: str, request_id: str, attempt: int, scope: str, cost: float
+    state: RouteState, route: str, request_id: str, attempt: int, scope: str, used: Amount
 ) -> BudgetSettle:
     return BudgetSettle(
         id=derived_id("budget.settle", request_id, attempt, scope),
@@ -195,5 +204,7 @@ def _settle(
         route=route,
         request_id=request_id,
         attempt=attempt,
-        cost_usd=cost,
+        cost_usd=used.usd,
+        tokens=used.tokens,
+        requests=used.requests,
     )

@@ -79,6 +79,7 @@ from app.routing.policy import Policy
 from app.routing.reliability import mendable
 from app.routing.state import (
     NEW_ARM,
+    Amount,
     Ledger,
     Line,
     RouteState,
@@ -327,9 +328,10 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
     )
     state = count_spend(state, finished_attempt.budget_nodes, outcome.cost_usd, policy)
     state = affinity.observe(state, finished_attempt.affinity, outcome, policy)  # issue 14
-    state, settled = settle_attempt(
-        state, outcome.route, outcome.request_id, outcome.attempt, outcome.cost_usd
+    used = Amount(
+        1 if outcome.attempt == 1 else 0, outcome.tokens_in + outcome.tokens_out, outcome.cost_usd
     )
+    state, settled = settle_attempt(state, outcome.route, outcome.request_id, outcome.attempt, used)
     step = _answer_or_retry(state, event, position, policy)
     if event.retry is not None and step.responses and not step.dispatches:
         fallback = fall_back(step.state, event.retry, step.responses[0], position, policy)

@@ -22,6 +22,7 @@ import orjson
 from app.routing.state import (
     INITIAL_LATENCY_S,
     INITIAL_TOKENS_PER_S,
+    Amount,
     ArmState,
     Breaker,
     BreakerPhase,
@@ -35,6 +36,7 @@ from app.routing.state import (
     Pin,
     Recent,
     RouteState,
+    Spent,
     Sums,
     Waiting,
 )
@@ -89,30 +91,51 @@ def _open_row(a: OpenAttempt) -> Row:
 
 def _ledger_row(ledger: Ledger) -> Row:
     return {
-        "day": ledger.day,
-        "day_usd": ledger.day_usd,
-        "month": ledger.month,
-        "month_usd": ledger.month_usd,
-        "holds": dict(ledger.holds),
-        "waiting": [
-            [w.request_id, w.attempt, w.route, w.amount, list(w.scopes), w.index, w.deadline]
-            for w in ledger.waiting
-        ],
+        "spent": {
+            window: [spent.label, *_amount_row(spent.amount)]
+            for window, spent in ledger.spent.items()
+        },
+        "holds": {key: _amount_row(amount) for key, amount in ledger.holds.items()},
+        "waiting": [_waiting_row(w) for w in ledger.waiting],
         "settled": list(ledger.settled),
     }
+
+
+def _waiting_row(w: Waiting) -> list[Any]:
+    amount = _amount_row(w.amount)
+    return [w.request_id, w.attempt, w.route, amount, list(w.scopes), w.index, w.deadline]
+
+
+def _amount_row(amount: Amount) -> list[Any]:
+    return [amount.usd, amount.tokens, amount.requests]
+
+
+def _amount(value: Any) -> Amount:
+    """``[usd, tokens, requests]``; a bare number is a row of the dollars-only ledger."""
+    if isinstance(value, list):
+        usd, tokens, requests = value
+        return Amount(int(requests), int(tokens), float(usd))
+    return Amount(usd=float(value))
 
 
 def _ledger(row: Mapping[str, Any] | None) -> Ledger | None:
     if row is None:
         return None
+    if "spent" in row:
+        spent = {
+            window: Spent(str(label), _amount(rest))
+            for window, (label, *rest) in row["spent"].items()
+        }
+    else:  # a row of the dollars-only ledger: its day and month
+        spent = {
+            "day": Spent(str(row["day"]), Amount(usd=float(row["day_usd"]))),
+            "month": Spent(str(row["month"]), Amount(usd=float(row["month_usd"]))),
+        }
     return Ledger(
-        day=str(row["day"]),
-        day_usd=float(row["day_usd"]),
-        month=str(row["month"]),
-        month_usd=float(row["month_usd"]),
-        holds={k: float(v) for k, v in row["holds"].items()},
+        spent=spent,
+        holds={k: _amount(v) for k, v in row["holds"].items()},
         waiting=tuple(
-            Waiting(str(r), int(a), str(route), float(m), tuple(s), int(i), float(d))
+            Waiting(str(r), int(a), str(route), _amount(m), tuple(s), int(i), float(d))
             for r, a, route, m, s, i, d in row["waiting"]
         ),
         settled=tuple(str(k) for k in row.get("settled", ())),

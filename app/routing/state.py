@@ -195,6 +195,21 @@ class Hold:
 
 
 @record
+class Amount:
+    """What an attempt holds on a ledger, or what was spent in a window: requests, tokens
+    (input and output) and dollars."""
+
+    requests: int = 0
+    tokens: int = 0
+    usd: float = 0.0
+
+    def plus(self, other: Amount) -> Amount:
+        return Amount(
+            self.requests + other.requests, self.tokens + other.tokens, self.usd + other.usd
+        )
+
+
+@record
 class Waiting:
     """On a ledger: an ask it could hold once attempts in flight settle (first come,
     first served); given up at the request's deadline."""
@@ -202,30 +217,42 @@ class Waiting:
     request_id: str
     attempt: int
     route: str
-    amount: float
+    amount: Amount
     scopes: tuple[str, ...]
     index: int
     deadline: float
 
 
 @record
-class Ledger:
-    """A budget's spend in the current UTC day and month, and what it holds for
-    attempts in flight (by ``request_id#attempt``)."""
+class Spent:
+    """What a ledger counted in one window: the window (its UTC minute, hour, day or
+    month, as a label) and the amount."""
 
-    day: str = ""
-    day_usd: float = 0.0
-    month: str = ""
-    month_usd: float = 0.0
-    holds: dict[str, float] = field(default_factory=dict)
+    label: str = ""
+    amount: Amount = field(default_factory=Amount)
+
+
+@record
+class Ledger:
+    """A budget's spend in the current UTC minute, hour, day and month (by window kind),
+    and what it holds for attempts in flight (by ``request_id#attempt``)."""
+
+    spent: dict[str, Spent] = field(default_factory=dict)
+    holds: dict[str, Amount] = field(default_factory=dict)
     waiting: tuple[Waiting, ...] = ()
     #: Attempts settled last (``request_id#attempt``, at most ``RECENT_SETTLED``): a copy
     #: of an ask or a settlement a route re-sent after a crash changes nothing.
     settled: tuple[str, ...] = ()
 
     @property
-    def held(self) -> float:
-        return sum(self.holds.values())
+    def held(self) -> Amount:
+        total = Amount()
+        for amount in self.holds.values():
+            total = total.plus(amount)
+        return total
+
+    def in_window(self, kind: str) -> Spent:
+        return self.spent.get(kind) or Spent()
 
 
 @record
