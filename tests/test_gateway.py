@@ -34,6 +34,7 @@ KEY = "sk-test-admin-" + "a" * 20
 KEY_ACME = "sk-test-acme-" + "b" * 20
 KEY_TINY = "sk-test-tiny-" + "c" * 20
 KEY_TOOLS_ONLY = "sk-test-tools-" + "d" * 20
+KEY_METERED = "sk-test-metered-" + "e" * 20
 HELLO = [{"role": "user", "content": "hello there"}]
 WEATHER_TOOL = {
     "type": "function",
@@ -108,11 +109,13 @@ def _providers_yaml(mock: MockProvider) -> Any:
         config["routes"]["failing"] = {"providers": ["broken"], "max_attempts": 1}
         config["guardrails"] = {"forbidden_keywords": ["forbiddenword"]}
         config["tenants"] = {"tiny": {"rate_limit": {"requests": 1, "window_s": 600}}}
+        config["budgets"] = [{"scope": "tenant", "name": "metered", "requests_per_hour": 1}]
         config["gateway_keys"] = [
             {"sha256": hash_key(KEY), "name": "admin"},
             {"sha256": hash_key(KEY_ACME), "tenant": "acme"},
             {"sha256": hash_key(KEY_TINY), "tenant": "tiny"},
             {"sha256": hash_key(KEY_TOOLS_ONLY), "tenant": "acme", "routes": ["tools"]},
+            {"sha256": hash_key(KEY_METERED), "tenant": "metered"},
         ]
         return str(yaml.safe_dump(config))
 
@@ -277,6 +280,20 @@ async def test_tenant_rate_limit_is_not_retried(env: Env) -> None:
     assert env.sent - before == 1  # x-should-retry: false: the SDK did not retry
     headers = limited.value.response.headers
     assert headers["x-should-retry"] == "false" and int(headers["retry-after"]) > 0
+
+
+async def test_a_tenant_request_limit_answers_429_with_retry_after(env: Env) -> None:
+    """One request per UTC hour: the second gets a 429 whose Retry-After is the time to
+    the next hour, and the SDK may retry it then (no ``x-should-retry: false``)."""
+    client = env.client(KEY_METERED)
+    first = await asyncio.to_thread(client.chat.completions.create, model="chat", messages=HELLO)
+    assert first.choices
+    with pytest.raises(openai.RateLimitError) as limited:
+        await asyncio.to_thread(client.chat.completions.create, model="chat", messages=HELLO)
+    headers = limited.value.response.headers
+    assert 0 < int(headers["retry-after"]) <= 3600
+    assert "x-should-retry" not in headers
+    assert "requests" in limited.value.message
 
 
 async def test_provider_failure_is_502_and_retried_by_the_sdk(env: Env) -> None:
