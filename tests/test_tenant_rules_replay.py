@@ -1,7 +1,9 @@
 """A log that uses every tenant and data rule replays exactly: presets (bound to a
 tenant and chosen per request, with their models and defaults), provider lists, data
 rules, input rules, pins the rules forbid, a dynamic route bound to a gateway key with
-fallback models, and a key's route allowlist, with attempts failing and retried."""
+fallback models, a key's route allowlist, and limits in requests and tokens per minute
+of a tenant, a key and the requests without a tenant, with attempts failing and
+retried."""
 
 from __future__ import annotations
 
@@ -44,6 +46,13 @@ CONFIG: dict[str, Any] = {
         "acme": {"ignore": ["us-small"], "preset": "careful"},
         "eu-only": {"regions": ["eu"]},
     },
+    # Limits: requests of a tenant and of a key per minute, tokens of the requests that
+    # name no tenant per minute (the log spans a minute's end).
+    "budgets": [
+        {"scope": "tenant", "name": "acme", "requests_per_minute": 3},
+        {"scope": "key", "name": "mobile", "requests_per_minute": 2},
+        {"scope": "tenant", "name": "*", "tokens_per_minute": 20_000},
+    ],
     "guardrails": {"input": [{"name": "topic", "action": "block", "keywords": ["forbidden"]}]},
     "dynamic_routes": {
         "mobile": {
@@ -88,16 +97,21 @@ def test_a_log_using_every_rule_replays_exactly() -> None:
     def flaky(decision: Decision) -> StatusClass:
         return StatusClass.SERVER_ERROR if decision.attempt == 1 else StatusClass.SUCCESS
 
-    log = Log(POLICY, status=flaky)
+    log = Log(POLICY, status=flaky, tokens=3000)
     driver = None
     for n in range(48):
         driver = log.run([accepted(n, **REQUESTS[n % len(REQUESTS)])], driver)
     codes = {r.error.code for r in log.responses if r.error is not None}
-    assert {"deployment_not_allowed", "input_blocked", "route_not_allowed"} <= codes
+    assert {
+        "deployment_not_allowed",
+        "input_blocked",
+        "route_not_allowed",
+        "budget_exceeded",
+    } <= codes
     reasons = {e.reason for d in log.decisions for e in d.excluded}
     assert {"model_not_allowed", "provider_ignored", "region_not_allowed"} <= reasons
     assert {d.route for d in log.decisions} >= {"chat", "eu", "us"}
     report = replayed(log, POLICY)
     assert report.ok and report.mismatched == 0
-    assert report.reproduced == len(log.decisions) > 40
+    assert report.reproduced == len(log.decisions) > 20
     assert report.responses_reproduced == len(log.responses) == 48
