@@ -39,11 +39,13 @@ from app import metrics
 from app.config import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
 from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
 from app.events import (
+    REGION_NOT_SERVED,
     ChatRequest,
     Dispatch,
     Outcome,
     StatusClass,
     StreamDelta,
+    refusal_code,
 )
 from app.execution.call import CallResult, call_provider
 from app.execution.continuation import stream_on
@@ -353,6 +355,8 @@ def _removed_provider(provider_id: str) -> ProviderConfig:
 def _observe(outcome: Outcome) -> None:
     provider = outcome.provider
     metrics.OUTCOMES.labels(provider=provider, status_class=outcome.status_class.value).inc()
+    if refusal_code(outcome.error) == REGION_NOT_SERVED:
+        metrics.REGION_REFUSALS.labels(provider=provider).inc()
     metrics.PROVIDER_LATENCY.labels(provider=provider).observe(outcome.latency_ms / 1000.0)
     metrics.TOKENS.labels(provider=provider, kind="input").inc(outcome.tokens_in)
     metrics.TOKENS.labels(provider=provider, kind="output").inc(outcome.tokens_out)

@@ -130,8 +130,15 @@ OUTPUT_BLOCKED = "output_blocked"
 #: The error code of a request a dynamic route or a fallback model sent to a route its
 #: ``routing.allowed_routes`` (a gateway key's allowlist) does not hold: 403.
 ROUTE_NOT_ALLOWED = "route_not_allowed"
+#: The error code (and first word of the outcome's error) of a request its provider
+#: refused for the region it came from (a 403 ``unsupported_country_region_territory``
+#: and the like): a ``client_error``, neutral for the provider's health and counted
+#: apart (``switchyard_region_refusals_total``), worth trying on another deployment.
+REGION_NOT_SERVED = "region_not_served"
 #: The first words of an outcome's error that name why the request was refused.
-REFUSAL_CODES = frozenset({CONTEXT_LENGTH_EXCEEDED, CONTENT_POLICY_VIOLATION, OUTPUT_BLOCKED})
+REFUSAL_CODES = frozenset(
+    {CONTEXT_LENGTH_EXCEEDED, CONTENT_POLICY_VIOLATION, OUTPUT_BLOCKED, REGION_NOT_SERVED}
+)
 
 
 def refusal_code(error: str | None) -> str | None:
@@ -357,6 +364,7 @@ __all__ = [
     "OUTPUT_BLOCKED",
     "PUBLIC_EVENTS",
     "REFUSAL_CODES",
+    "REGION_NOT_SERVED",
     "REQUEST_REFUSED",
     "RESPONSE_TOO_LARGE",
     "ROUTE_NOT_ALLOWED",

@@ -86,6 +86,11 @@ DECISIONS_BY_DOMAIN = Counter(
     ["domain", "candidate_filter"],
 )
 COST_USD = Counter("switchyard_cost_usd_total", "Provider cost in USD.", ["provider"])
+REGION_REFUSALS = Counter(
+    "switchyard_region_refusals_total",
+    "Calls a provider refused for the region the request came from (403): not failures.",
+    ["provider"],
+)
 BUDGET_SPENT_USD = Gauge(
     "switchyard_budget_spent_usd",
     "A budget's spend in the current UTC minute, hour, day or month, as its ledger folded it.",

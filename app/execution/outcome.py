@@ -23,6 +23,7 @@ from typing import Any, Literal
 from app.config import ProviderConfig
 from app.events import (
     CONTEXT_LENGTH_EXCEEDED,
+    REGION_NOT_SERVED,
     AttemptFinished,
     Dispatch,
     Outcome,
@@ -123,10 +124,11 @@ def retriable(result: CallResult) -> bool:
     """Whether the request may be tried on another deployment after this result.
 
     The accounting table's rule (:func:`app.routing.reliability.is_retriable`), and a
-    prompt the model's context window cannot hold: a ``client_error`` another model
-    may take (never this deployment again: the fold does not pick a tried one).
+    prompt the model's context window cannot hold, or a region the provider does not
+    serve: a ``client_error`` another deployment may take (never this one again: the
+    fold does not pick a tried one).
     """
-    if refusal_code(result.error) == CONTEXT_LENGTH_EXCEEDED:
+    if refusal_code(result.error) in (CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED):
         return result.status_class is StatusClass.CLIENT_ERROR
     return is_retriable(result.status_class, result.http_status)
 

@@ -1,7 +1,7 @@
-"""Refusals a provider explains: a prompt longer than the model's context window, or
-content its policy rejects.
+"""Refusals a provider explains: a prompt longer than the model's context window,
+content its policy rejects, or a region it does not serve.
 
-Both are the request's doing, not the provider's failing: ``client_error``,
+All are the request's doing, not the provider's failing: ``client_error``,
 neutral for the provider's health, never retried on the same deployment. The
 outcome's error names them first (``context_length_exceeded: HTTP 400 (...)``,
 ``content_policy_violation: finish_reason content_filter``; the words are
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from app.events import CONTENT_POLICY_VIOLATION, CONTEXT_LENGTH_EXCEEDED
+from app.events import CONTENT_POLICY_VIOLATION, CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED
 
 #: Error codes (or types) of a prompt beyond the context window: OpenAI's, llama.cpp's.
 CONTEXT_CODES: Final = frozenset(
@@ -36,6 +36,18 @@ CONTEXT_PHRASES: Final = (
 )
 #: Error codes (or types) of content a policy rejected: OpenAI's, Azure OpenAI's.
 POLICY_CODES: Final = frozenset({"content_policy_violation", "content_filter"})
+#: Error codes of a request refused for the region it came from: OpenAI's and others'.
+REGION_CODES: Final = frozenset(
+    {"unsupported_country_region_territory", "unsupported_country", "unsupported_region"}
+)
+#: What their messages say, lower-cased.
+REGION_PHRASES: Final = (
+    "country, region, or territory not supported",
+    "not available in your country",
+    "not available in your region",
+    "not supported in your region",
+    "unsupported region",
+)
 #: A 2xx (or a stream) whose answer ends so was cut or withheld by a content filter.
 POLICY_FINISH_REASONS: Final = frozenset({"content_filter"})
 #: How much of a provider's message is searched.
@@ -43,8 +55,8 @@ _MESSAGE_CHARS: Final = 2_000
 
 
 def refusal_of(body: dict[str, Any] | None) -> str | None:
-    """The refusal a 4xx error body explains (``CONTEXT_LENGTH_EXCEEDED`` or
-    ``CONTENT_POLICY_VIOLATION``), else None."""
+    """The refusal a 4xx error body explains (``CONTEXT_LENGTH_EXCEEDED``,
+    ``CONTENT_POLICY_VIOLATION`` or ``REGION_NOT_SERVED``), else None."""
     if body is None:
         return None
     codes = set(_codes(body))
@@ -52,9 +64,13 @@ def refusal_of(body: dict[str, Any] | None) -> str | None:
         return CONTENT_POLICY_VIOLATION
     if codes & CONTEXT_CODES:
         return CONTEXT_LENGTH_EXCEEDED
+    if codes & REGION_CODES:
+        return REGION_NOT_SERVED
     message = " ".join(_messages(body)).lower()
     if any(phrase in message for phrase in CONTEXT_PHRASES):
         return CONTEXT_LENGTH_EXCEEDED
+    if any(phrase in message for phrase in REGION_PHRASES):
+        return REGION_NOT_SERVED
     return None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.events import CONTEXT_LENGTH_EXCEEDED, ROUTE_NOT_ALLOWED, StatusClass
+from app.events import CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED, ROUTE_NOT_ALLOWED, StatusClass
 
 
 class Availability(StrEnum):
@@ -76,11 +76,13 @@ PROVIDER_RESULT_TYPES = frozenset(status.value for status in StatusClass)
 
 
 #: Error codes that say this model cannot serve the request, where another may: its
-#: context window, its capabilities, the request's data and price rules, its tenant's
-#: and its own provider lists, the routes its gateway key may use.
+#: context window, its provider's regions, its capabilities, the request's data and
+#: price rules, its tenant's and its own provider lists, the routes its gateway key may
+#: use.
 MODEL_MISMATCHES = frozenset(
     {
         CONTEXT_LENGTH_EXCEEDED,
+        REGION_NOT_SERVED,
         "no_capable_deployment",
         "no_deployment_allowed",
         "deployment_not_allowed",
