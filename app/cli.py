@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from app.config import ConfigError
-from app.settings import SETTINGS_MODELS, Strategy, describe_error, get_settings
+from app.routing.params import Strategy
+from app.settings import SETTINGS_MODELS, describe_error, get_settings
 
 if TYPE_CHECKING:
     from app.embedded.local_model import LocalModelServer

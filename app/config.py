@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from app.config_access import Budget as Budget
@@ -52,10 +49,6 @@ SEED_COST_PER_1M: dict[str, float] = {
     "huggingface": 0.00,
 }
 DEFAULT_COST_PER_1M = 2.0
-
-#: Quoted text in a YAML parser's message longer than a token (a name, an alias: it
-#: could be a secret); ``'<block end>'``-style token names and single characters stay.
-_QUOTED = re.compile(r"'(?!<)[^'\s]{4,}'")
 
 
 class ConfigError(ValueError):
@@ -444,7 +437,7 @@ def deployment_id(provider: str, model: str) -> str:
     return f"{provider}:{model}"
 
 
-def _interpolate(value: Any, path: str, env: dict[str, str]) -> Any:
+def _interpolate(value: Any, path: str, env: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
         return {
             k: _interpolate(v, f"{path}.{k}" if path else str(k), env) for k, v in value.items()
@@ -466,7 +459,7 @@ def _interpolate(value: Any, path: str, env: dict[str, str]) -> Any:
 def interpolate(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """``data`` with every ``${NAME}`` replaced from ``env`` (ConfigError naming the field
     of a variable that is not set)."""
-    resolved: dict[str, Any] = _interpolate(data, "", dict(env))
+    resolved: dict[str, Any] = _interpolate(data, "", env)
     return resolved
 
 
@@ -477,50 +470,14 @@ def _describe(error: ValidationError) -> str:
     return f"{where}: {first['msg']}"
 
 
-def parse_config(data: Any, env: dict[str, str] | None = None) -> RoutingConfig:
+def parse_config(data: Any, env: Mapping[str, str] | None = None) -> RoutingConfig:
+    """The config ``data`` describes, its ``${NAME}`` references resolved from ``env``
+    (None: no environment, a reference is an error). The process environment is read
+    only where a file is loaded (:func:`app.config_file.load_config`)."""
     if not isinstance(data, dict):
         raise ConfigError("providers file must be a mapping with a 'providers' list")
-    resolved = _interpolate(data, "", dict(os.environ) if env is None else env)
+    resolved = _interpolate(data, "", {} if env is None else env)
     try:
         return RoutingConfig.model_validate(resolved)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
-
-
-def load_config(path: Path, env: dict[str, str] | None = None) -> RoutingConfig:
-    data = read_yaml(path)
-    try:
-        return parse_config(data, env)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-
-
-def read_yaml(path: Path) -> Any:
-    """A providers file's YAML, or one ConfigError line (never the offending text)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read providers file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"{path} is not valid YAML{_yaml_where(exc)}: {_yaml_problem(exc)}"
-        ) from None
-
-
-def _yaml_where(error: yaml.YAMLError) -> str:
-    """`` at line L, column C`` (1-based) of a YAML error, when the parser knows it."""
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """What the parser found wrong, in its own fixed words (never the offending text: it
-    may be an API key), else the error's class name."""
-    problem = getattr(error, "problem", None)
-    if isinstance(problem, str) and problem:
-        return _QUOTED.sub("'…'", problem)[:120]
-    return type(error).__name__

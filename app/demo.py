@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -171,15 +172,14 @@ async def _export(stack: EmbeddedStack, directory: Path) -> None:
     """Keep the log: the embedded broker is memory-only and goes away with the demo."""
     from app.audit.export import write_export, write_policy
     from app.audit.log import read_broker
-    from app.config import load_config
+    from app.config_file import load_config
+    from app.routing.params import params_from_env
     from app.routing.policy import Policy
-    from app.settings import RoutingParams
 
     log = await read_broker(stack.broker.bootstrap, stack.topics)
     write_export(log, directory, stack.topics)
     # The worker's routing settings: this environment plus what the stack passed it.
-    overrides: dict[str, Any] = dict(stack.extra_env)
-    params = RoutingParams(**overrides)
+    params = params_from_env({**os.environ, **stack.extra_env})
     write_policy(Policy(load_config(stack.providers_file, env={}), params), directory)
     print(f"exported the log to {directory}", file=sys.stderr)
 

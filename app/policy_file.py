@@ -16,11 +16,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.config import ConfigError, RoutingConfig, interpolate, parse_config, read_yaml
+from app.config import ConfigError, RoutingConfig, interpolate, parse_config
+from app.config_file import read_yaml
 from app.contract.policy import PolicyDocument
 from app.routing.book import EnvOrDefault, document_hash, params_document
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 _WHOLE_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 

@@ -10,9 +10,11 @@ literal API keys filled in.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
-from app.config import ProviderConfig, RoutingConfig, load_config
+from app.config import ProviderConfig, RoutingConfig
+from app.config_file import load_config
 from app.policy_file import with_local_keys
 from app.routing.book import PolicyBook
 from app.routing.policy import Policy
@@ -22,7 +24,7 @@ from app.settings import get_settings
 class PolicyHolder:
     def __init__(self) -> None:
         self._file: Policy | None = None
-        self.book = PolicyBook()
+        self.book = PolicyBook(env=os.environ)  # this worker's API keys
         self._keyed: dict[int, Policy] = {}
 
     @property

@@ -38,9 +38,9 @@ from app.execution.outcome import CallResult, build_outcome, feedback, is_final
 from app.ingest import accept
 from app.routing.affinity import SESSION
 from app.routing.driver import Driver
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.state import BreakerPhase
-from app.settings import RoutingParams
 
 ORIGIN = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CACHE_TTL_S = 300.0

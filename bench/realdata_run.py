@@ -40,8 +40,8 @@ from app.events import (
 from app.execution.outcome import CallResult, build_outcome, feedback
 from app.ingest import accept
 from app.routing.driver import Driver
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 ROUTE = "chat"
 #: Epoch seconds of the first request (2026-01-01T00:00:00Z); one request a second.

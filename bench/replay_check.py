@@ -15,9 +15,9 @@ async def replay_whole_log(
     routing parameters of ``env`` (the workers'); print the first mismatches."""
     from app.audit.log import read_broker
     from app.audit.replay import replay
-    from app.config import load_config
+    from app.config_file import load_config
+    from app.routing.params import RoutingParams
     from app.routing.policy import Policy
-    from app.settings import RoutingParams
     from bench.cluster_report import replay_summary
 
     log = await read_broker(stack.broker.bootstrap, stack.topics, timeout_s=300.0)

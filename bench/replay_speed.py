@@ -60,9 +60,10 @@ from app.audit.replay_worker import ROUTING_RECORD, FoldTask, fold_chunk
 from app.audit.synthetic import Profile, synthetic_log
 from app.config import ProviderConfig, RouteConfig, RoutingConfig
 from app.events import StatusClass
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities
-from app.settings import RoutingParams, Topics
+from app.settings import Topics
 
 
 def bench_policy(strategy: str, routes: int = 1) -> Policy:

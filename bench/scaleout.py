@@ -231,9 +231,9 @@ async def _replay(
     """Replay the whole recorded log with the workers' policy; also time the pure fold."""
     from app.audit.log import read_broker
     from app.audit.replay import rederive, replay
-    from app.config import load_config
+    from app.config_file import load_config
+    from app.routing.params import RoutingParams
     from app.routing.policy import Policy
-    from app.settings import RoutingParams
 
     log = await read_broker(stack.broker.bootstrap, stack.topics, timeout_s=300.0)
     params = RoutingParams(**env)  # type: ignore[arg-type]  # aliases, as the worker reads them

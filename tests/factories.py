@@ -32,10 +32,10 @@ from app.events import (
 )
 from app.routing.driver import Driver
 from app.routing.fold import Step, at
+from app.routing.params import RoutingParams, Strategy
 from app.routing.policy import Policy
 from app.routing.rows import to_row
 from app.routing.state import ArmState, Breaker, BreakerPhase, RouteState
-from app.settings import RoutingParams, Strategy
 
 #: A fixed, recognisable epoch (2023-11-14T22:13:20Z) all test times are offsets of.
 T0 = 1_700_000_000.0

@@ -25,10 +25,10 @@ from app.config import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
 from app.events import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import bandit
 from app.routing.feedback import apply_outcome
+from app.routing.params import Strategy
 from app.routing.select import select
 from app.routing.state import INITIAL_LATENCY_S, ArmState, RouteState
 from app.routing.strategies import ALGORITHM_VERSION
-from app.settings import Strategy
 
 # Seed 000 §4, "Table des coûts (COST_PER_1M)": provider prefix, $/1M, bonus at weight 0.1.
 SEED_COST_TABLE = [

@@ -14,9 +14,9 @@ from app import cli
 from app.cli import main
 from app.events import AttemptFinished, RequestAccepted, StatusClass
 from app.routing.fold import handle
+from app.routing.params import Strategy
 from app.routing.policy import Policy
 from app.routing.state import RouteState
-from app.settings import Strategy
 from bench import report
 from bench.quality import DEFAULT_REQUESTS
 from bench.sim import scenarios

@@ -5,6 +5,8 @@ Seed 004 reliability accounting is in test_reliability_accounting.py.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from factories import (
     SEED_DEFAULTS,
@@ -25,10 +27,10 @@ from pydantic import ValidationError
 from app.events import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import breaker as cb
 from app.routing.breaker import BreakerParams
+from app.routing.params import RoutingParams, Strategy, params_from_env
 from app.routing.policy import Policy
 from app.routing.select import select
 from app.routing.state import BREAKER_GAUGE, Breaker, BreakerPhase
-from app.settings import RoutingParams, Strategy
 
 P = BreakerParams()  # seed defaults: 5 failures, 60 s, 3 successes
 CLOSED, HALF_OPEN, OPEN = BreakerPhase.CLOSED, BreakerPhase.HALF_OPEN, BreakerPhase.OPEN
@@ -62,6 +64,12 @@ def failures(n: int, start: float = T0, step: float = 1.0, b: Breaker | None = N
 # --------------------------------------------------------------------------- parameters
 
 
+def worker_params() -> RoutingParams:
+    """The parameters a worker starting here reads from its environment (the fold never
+    reads it: tests/test_core_purity.py)."""
+    return params_from_env(os.environ)
+
+
 def test_defaults_are_the_seed_values(clean_env: pytest.MonkeyPatch) -> None:
     p = RoutingParams()
     assert p.cb_failure_threshold == 5
@@ -86,7 +94,7 @@ def test_env_vars_override(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("BANDIT_EXPLORATION_BONUS", "2.0")
     clean_env.setenv("BANDIT_COST_WEIGHT", "0.3")
     clean_env.setenv("BANDIT_LATENCY_WEIGHT", "0.05")
-    p = RoutingParams()
+    p = worker_params()
     assert p.cb_failure_threshold == 2
     assert p.cb_timeout_s == 10.5
     assert p.cb_half_open_max_calls == 1
@@ -117,7 +125,7 @@ def test_test_factories_ignore_the_environment(clean_env: pytest.MonkeyPatch) ->
 def test_invalid_env_values_rejected(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
     clean_env.setenv(name, value)
     with pytest.raises(ValidationError):
-        RoutingParams()
+        worker_params()
 
 
 def test_env_overrides_drive_the_fold(clean_env: pytest.MonkeyPatch) -> None:
@@ -125,7 +133,7 @@ def test_env_overrides_drive_the_fold(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("CB_TIMEOUT_S", "10")
     clean_env.setenv("CB_HALF_OPEN_MAX_CALLS", "1")
     clean_env.setenv("SWITCHYARD_MAX_PARKED", "0")  # refuse instead of waiting (test_parking)
-    pol = Policy(routing_config(provider("a")), RoutingParams())
+    pol = Policy(routing_config(provider("a")), worker_params())
     a = dep("a")
     run = fold(
         [
@@ -152,7 +160,7 @@ def test_env_threshold_two_opens_after_two_failures(clean_env: pytest.MonkeyPatc
     clean_env.setenv("CB_FAILURE_THRESHOLD", "2")
     clean_env.setenv("CB_TIMEOUT_S", "10")
     clean_env.setenv("CB_HALF_OPEN_MAX_CALLS", "1")
-    p = Policy(routing_config(provider("a")), RoutingParams()).breaker
+    p = Policy(routing_config(provider("a")), worker_params()).breaker
     b = cb.on_failure(Breaker(), T0, p)
     assert b.state is CLOSED
     b = cb.on_failure(b, T0 + 1, p)

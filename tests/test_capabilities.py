@@ -11,8 +11,8 @@ from factories import T0, accepted, finished, fold, outcome, policy, provider
 from app.config import parse_config
 from app.events import ChatMessage, ChatRequest, RequestAccepted, StatusClass
 from app.routing.feedback import apply_outcome
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 from app.understanding.features import extract_features
 
 IMAGE = [

@@ -17,7 +17,7 @@ import yaml
 
 from app import schemas
 from app.cli import build_parser
-from app.config import load_config
+from app.config_file import load_config
 from app.embedded.kafka import KAFKA_VERSION
 from app.kafka import bootstrap_servers
 from app.settings import Settings

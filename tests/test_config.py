@@ -10,13 +10,8 @@ import pytest
 import yaml
 from factories import SECRET, params, provider
 
-from app.config import (
-    ConfigError,
-    RoutingConfig,
-    deployment_id,
-    load_config,
-    parse_config,
-)
+from app.config import ConfigError, RoutingConfig, deployment_id, parse_config
+from app.config_file import load_config
 from app.routing.policy import Policy
 
 OTHER_SECRET = "fake-other-SECRET-fedcba9876543210"
@@ -59,10 +54,15 @@ def test_env_interpolation() -> None:
     assert p.api_key.get_secret_value() == SECRET
 
 
-def test_env_interpolation_reads_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_reads_the_process_environment_and_the_schema_does_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("TEST_API_KEY", OTHER_SECRET)
-    config = parse_config(config_data())
-    assert config.providers[0].api_key.get_secret_value() == OTHER_SECRET
+    path = tmp_path / "providers.yaml"
+    path.write_text(yaml.safe_dump(config_data()), encoding="utf-8")
+    assert load_config(path).providers[0].api_key.get_secret_value() == OTHER_SECRET
+    with pytest.raises(ConfigError, match="TEST_API_KEY is not set"):
+        parse_config(config_data())  # no environment but the one it is given
 
 
 def test_text_without_reference_is_kept_verbatim() -> None:

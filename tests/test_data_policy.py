@@ -17,8 +17,8 @@ from app.contract.request import ProviderPreferences
 from app.events import ChatRequest, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
 from app.routing.answers import at
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 CONFIG: dict[str, Any] = {
     "providers": [

@@ -85,7 +85,7 @@ async def test_a_commit_is_read_once_and_a_fenced_transaction_never(
             both = [writer.send(topic, None, b"b"), writer.send(topic, None, b"c")]
             await asyncio.gather(writer.commit(), writer.commit())  # callers share one
             assert (await first).offset < (await both[1]).offset
-            with pytest.raises(Exception, match="Fenced|fenced|epoch"):
+            with pytest.raises(Exception, match=r"Fenced|fenced|epoch"):
                 await earlier.commit_transaction()
             # The writer itself fenced by a later one: its commit writes nothing.
             later = await TransactionalWriter(bootstrap, tid).start()

@@ -38,7 +38,7 @@ async def test_a_dispatch_past_saving_is_reported_expired_without_a_call(
 ) -> None:
     published: list[Any] = []
 
-    async def publish(sealed: Any) -> None:
+    async def publish(sealed: Any, partition: int | None = None) -> None:
         published.append(sealed)
 
     async def no_call(*args: Any) -> Any:

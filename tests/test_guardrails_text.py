@@ -303,8 +303,8 @@ def test_ingest_records_the_input_rules_and_the_fold_refuses_a_blocked_request()
     assert card.request.messages[0].content == f"pay {CARD}"  # the log keeps the request
     refused = accepted_of("a2", "about project nightingale")
     assert (refused.input_rules, refused.input_blocked) == (["secret:block"], "secret")
+    from app.routing.params import RoutingParams
     from app.routing.policy import Policy
-    from app.settings import RoutingParams
 
     run = fold([refused], Policy(config, RoutingParams()))
     assert run.dispatches == []

@@ -15,10 +15,10 @@ from app.routing import context, estimates, evidence, pacer
 from app.routing.fold import at, handle
 from app.routing.grading import apply_grade
 from app.routing.learning import Learning
+from app.routing.params import Strategy
 from app.routing.policy import Policy
 from app.routing.state import ArmState, Evidence, Pacer, RouteState
 from app.routing.strategies import algorithm_version, rank
-from app.settings import Strategy
 from app.understanding.features import extract_features
 
 A, B = dep("a-x"), dep("b-x")

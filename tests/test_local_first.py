@@ -16,10 +16,10 @@ from app.events import ChatMessage, ChatRequest, ProviderPreferences, StatusClas
 from app.execution.call import call_provider, confidence_of
 from app.execution.http import make_client
 from app.execution.outcome import is_final
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.reliability import ends_request
 from app.routing.state import NEW_ARM, Breaker, BreakerPhase
-from app.settings import RoutingParams
 
 LOCAL = "local-smol:smollm2"
 CONFIG = {

@@ -9,7 +9,8 @@ from factories import T0, accepted, dep, finish, params, provider, routing_confi
 
 from app.audit.log import RecordedLog, parse
 from app.audit.replay import replay
-from app.config import ConfigError, load_config
+from app.config import ConfigError
+from app.config_file import load_config
 from app.contract.policy import PolicyChanged, PolicyDocument, PolicyProposed
 from app.events import RoutingLogEvent, derived_id
 from app.policy_file import document_from_file, with_local_keys

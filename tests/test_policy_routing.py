@@ -11,8 +11,8 @@ from app.config import parse_config
 from app.events import ChatRequest, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
 from app.routing.fold import at
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 CONFIG: dict[str, Any] = {
     "providers": [

@@ -15,9 +15,9 @@ from app.gateway.errors import GatewayError
 from app.gateway.translate import request_event
 from app.ingest import accept
 from app.routing.fold import at
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.presets import narrow, with_defaults
-from app.settings import RoutingParams
 
 CONFIG: dict[str, Any] = {
     "providers": [

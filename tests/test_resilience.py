@@ -22,9 +22,9 @@ from factories import (
 from app.events import RouteTick, StatusClass
 from app.routing.feedback import apply_outcome
 from app.routing.fold import at, backoff_s, handle
+from app.routing.params import BreakerMode, Strategy
 from app.routing.select import select
 from app.routing.state import ArmState, BreakerPhase
-from app.settings import BreakerMode, Strategy
 
 CHEAP = provider(
     "deepseek-v3.2",

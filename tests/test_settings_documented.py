@@ -15,6 +15,8 @@ from pathlib import Path
 from pydantic import AliasChoices, AliasPath
 from pydantic_settings import BaseSettings
 
+from app.routing.params import RoutingParams
+from app.routing.params import env_names as routing_env_names
 from app.settings import Settings
 
 OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
@@ -26,6 +28,9 @@ def env_names(model: type[BaseSettings]) -> list[str]:
     names: list[str] = []
     for name, field in model.model_fields.items():
         kind = field.annotation
+        if kind is RoutingParams:  # values, read from the environment where a worker starts
+            names.extend(routing_env_names().values())
+            continue
         if isinstance(kind, type) and issubclass(kind, BaseSettings):
             names.extend(env_names(kind))
             continue

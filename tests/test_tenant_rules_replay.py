@@ -16,8 +16,8 @@ from app.config import parse_config
 from app.events import Decision, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
 from app.routing.fold import at
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 T0 = 1_700_000_000.0
 

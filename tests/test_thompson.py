@@ -24,11 +24,11 @@ from factories import (
 from app.events import StatusClass
 from app.routing import bandit
 from app.routing.feedback import apply_outcome
+from app.routing.params import Strategy
 from app.routing.propensity import thompson_propensity
 from app.routing.select import select
 from app.routing.state import ArmState, RouteState
 from app.routing.strategies import ALGORITHM_VERSION
-from app.settings import Strategy
 
 # --------------------------------------------------------------------------- Thompson (§3)
 

@@ -136,6 +136,7 @@ def response_row(response: Response) -> Row:
         "error_message": None if error is None else error.message,
         "error_code": None if error is None else error.code,
         "error_http_status": None if error is None else error.http_status,
+        "error_retry_after_s": None if error is None else error.retry_after_s,
     }
     row.update(completion_metadata(response.completion))
     return row

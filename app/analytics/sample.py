@@ -30,8 +30,8 @@ from app.events import (
 )
 from app.feedback_match import grade_id
 from app.routing.fold import at, epoch
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 TENANTS = ("acme", "globex", "initech", None)
 PROFILES = {

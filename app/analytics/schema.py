@@ -172,6 +172,7 @@ RESPONSES = Table(
         _c("error_message", "VARCHAR", "error message (the router's, never content)"),
         _c("error_code", "VARCHAR", "error code"),
         _c("error_http_status", "INTEGER", "HTTP status the gateway answers with"),
+        _c("error_retry_after_s", "DOUBLE", "seconds after which asking again may succeed"),
         _c("completion_id", "VARCHAR", "the completion's `id`"),
         _c("completion_model", "VARCHAR", "the completion's `model`"),
         _c("finish_reason", "VARCHAR", "first choice's finish reason"),
@@ -282,6 +283,11 @@ def create_statements(table: Table) -> list[str]:
     columns = ", ".join(f"{c.name} {c.type}" for c in table.columns)
     statements = [
         f"CREATE TABLE IF NOT EXISTS {table.name} ({columns}, PRIMARY KEY ({', '.join(table.key)}))"
+    ]
+    # A store made by an earlier version gets the columns added since (empty for its rows).
+    statements += [
+        f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {c.name} {c.type}"
+        for c in table.columns
     ]
     statements += [
         f"CREATE INDEX IF NOT EXISTS {table.name}_{name} ON {table.name} ({name})"

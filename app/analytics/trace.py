@@ -166,17 +166,24 @@ def _accepted(store: Store, request_id: str) -> dict[str, Any] | None:
 def _response(store: Store, request_id: str) -> dict[str, Any] | None:
     rows = store.query(
         "SELECT status, attempts, deployment, error_type, error_message, error_code, "
-        "error_http_status, occurred_at FROM responses WHERE request_id = ? "
+        "error_http_status, error_retry_after_s, occurred_at FROM responses "
+        "WHERE request_id = ? "
         "ORDER BY kafka_partition, kafka_offset",
         [request_id],
     )
     if not rows:
         return None
-    status, attempts, deployment, kind, message, code, http_status, at = rows[0]
+    status, attempts, deployment, kind, message, code, http_status, retry_after, at = rows[0]
     error = (
         None
         if kind is None
-        else {"type": kind, "message": message, "code": code, "http_status": http_status}
+        else {
+            "type": kind,
+            "message": message,
+            "code": code,
+            "http_status": http_status,
+            "retry_after_s": retry_after,
+        }
     )
     return {
         "status": status,

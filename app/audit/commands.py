@@ -20,10 +20,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.audit.log import STREAMS, Keep, RecordedLog, read_broker, read_export
-from app.config import ConfigError, load_config
+from app.config import ConfigError
+from app.config_file import load_config
 from app.kafka import bootstrap_servers
+from app.routing.params import RoutingParams, params_from_env
 from app.routing.policy import Policy
-from app.settings import RoutingParams, get_settings
+from app.settings import get_settings
 
 PARAM_NAMES = sorted(str(f.validation_alias) for f in RoutingParams.model_fields.values())
 
@@ -99,7 +101,8 @@ def load_policy(
             if exported is not None:
                 return exported
         path = providers if providers is not None else get_settings().providers
-        params = RoutingParams(**(overrides or {}))  # type: ignore[arg-type]
+        # The CLI is where the process starts: the environment, as the worker has it.
+        params = params_from_env({**os.environ, **(overrides or {})})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])

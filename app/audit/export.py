@@ -25,8 +25,9 @@ from typing import Any
 
 from app.audit.log import EXPORT_FORMAT, STREAMS, RecordedLog, topic_names
 from app.config import RoutingConfig
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams, Topics
+from app.settings import Topics
 
 
 def write_export(

@@ -27,7 +27,9 @@ class PolicyDocument(Frozen):
     #: The providers file as parsed YAML, ``${VARIABLE}`` references unresolved, without
     #: literal API keys and gateway keys.
     config: dict[str, Any]
-    #: The seed parameters (app/settings.py ``RoutingParams``), by environment name.
+    #: The routing parameters (app/routing/params.py ``RoutingParams``), by environment
+    #: name: every one (a document written by an older version may lack some: their
+    #: defaults, never an environment, fill them in).
     params: dict[str, Any]
 
 

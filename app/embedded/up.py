@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.config import load_config
+from app.config_file import load_config
 from app.embedded.brokers import BrokerKind
 from app.embedded.child_env import child_env
 from app.embedded.stack import WORKER_READY_TIMEOUT_S, EmbeddedStack, WorkerNotReady

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError
+from app.config_file import load_config
 from app.gateway.head_timeout import HeadTimedSite
 from app.gateway.keys import hash_key
 from app.gateway.server import build_app

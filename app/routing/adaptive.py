@@ -41,9 +41,9 @@ import math
 from dataclasses import dataclass, replace
 
 from app.routing.estimates import Quality
+from app.routing.params import RoutingParams
 from app.routing.policy import Arm, Policy
 from app.routing.state import Recent, Sums
-from app.settings import RoutingParams
 
 
 def _scaled(sums: Sums, factor: float) -> Sums:

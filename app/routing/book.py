@@ -2,27 +2,26 @@
 
 A :class:`PolicyBook` maps each version on the policy topic to the
 :class:`~app.routing.policy.Policy` its document describes. Every worker builds
-the same policy from the same document: ``${VARIABLE}`` references are resolved
-from the worker's environment (API keys, which no decision reads) and a
-variable the worker lacks reads as empty, so the decision-relevant part is the
-document's own. A route folds with the version its state names
-(:attr:`RouteState.policy_version`); a route that has folded no
-``policy.changed`` yet uses the first version.
+the same policy from the same document: the document carries every parameter, and
+its ``${VARIABLE}`` references (API keys, which no decision reads) are resolved from
+the environment the book is given (a worker's own; none for a replay), a variable
+it lacks reading as empty, so the decision-relevant part is the document's own. A
+route folds with the version its state names (:attr:`RouteState.policy_version`); a
+route that has folded no ``policy.changed`` yet uses the first version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.config import parse_config
 from app.contract.policy import PolicyDocument
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 
 
 def document_hash(document: PolicyDocument) -> str:
@@ -48,8 +47,9 @@ class EnvOrDefault(dict[str, str]):
 def policy_from_document(
     document: PolicyDocument, version: int, env: Mapping[str, str] | None = None
 ) -> Policy:
-    """The policy a document describes, as version ``version``."""
-    config = parse_config(document.config, EnvOrDefault(os.environ if env is None else env, ""))
+    """The policy a document describes, as version ``version`` (``env``: what its
+    ``${VARIABLE}`` references read; none given, every one reads as empty)."""
+    config = parse_config(document.config, EnvOrDefault(env or {}, ""))
     params = RoutingParams(**document.params)
     return Policy(config=config, params=params, version=version)
 
@@ -72,12 +72,15 @@ class PolicyBook:
 
     versions: dict[int, Policy] = field(default_factory=dict)
     hashes: dict[int, str] = field(default_factory=dict)
+    #: What the documents' ``${VARIABLE}`` references read (a worker's environment, for
+    #: its API keys; none for a replay).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def add(self, version: int, document: PolicyDocument, digest: str | None = None) -> Policy:
         known = self.versions.get(version)
         if known is not None:
             return known
-        policy = policy_from_document(document, version)
+        policy = policy_from_document(document, version, self.env)
         self.versions[version] = policy
         self.hashes[version] = digest if digest is not None else document_hash(document)
         return policy

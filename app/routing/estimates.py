@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from app.routing import context, evidence
+from app.routing.params import RoutingParams
 from app.routing.policy import WORKLOAD_INPUT_TOKENS, WORKLOAD_OUTPUT_TOKENS, Arm
 from app.routing.state import NO_EVIDENCE, ArmState, Evidence
-from app.settings import RoutingParams
 
 #: Answers behind a grading rate of 1 before grades are seen (pending answers count).
 COVERAGE_PRIOR = 20.0

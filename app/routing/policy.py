@@ -11,7 +11,7 @@ from typing import Any
 
 from app.config import ProviderConfig, RoutingConfig, deployment_id
 from app.routing.breaker import BreakerParams
-from app.settings import BreakerMode, RoutingParams
+from app.routing.params import BreakerMode, RoutingParams
 
 #: Seed 003 §3/§6 workload used to price one request: 800 input + 250 output tokens.
 WORKLOAD_INPUT_TOKENS = 800

@@ -16,11 +16,11 @@ from app.events import Candidate
 from app.routing import adaptive, bandit, context, estimates, tail
 from app.routing.capabilities import Needs, model_spec
 from app.routing.learning import NO_LEARNING, Learning
+from app.routing.params import Strategy
 from app.routing.policy import WORKLOAD_INPUT_TOKENS, WORKLOAD_OUTPUT_TOKENS, Arm, Policy
 from app.routing.propensity import thompson_propensity
 from app.routing.records import record
 from app.routing.state import ArmState
-from app.settings import Strategy
 from app.understanding.modes import (
     DEFAULT_MODE,
     MODE_WEIGHTS,

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from app.settings import RoutingParams
 from bench.sim.baselines import Oracle, RoundRobin, StaticPriority
 from bench.sim.routers import FoldRouter, Router, routing_params
 from bench.sim.world import Scenario, World

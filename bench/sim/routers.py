@@ -19,9 +19,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from app.events import AttemptFinished, Dispatch, RequestAccepted
 from app.routing.driver import Driver
+from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.state import RouteState
-from app.settings import RoutingParams
 
 #: Exclusion reasons (besides ``breaker_*``) that are about a deployment's health, not
 #: about the request (``already_tried``, domain or pin rules ...).

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # imported where used: `switchyard` imports this module at ev
 
 def bench_policy(strategy: str, providers: int = 16) -> Policy:
     from app.config import parse_config
+    from app.routing.params import RoutingParams
     from app.routing.policy import Policy
-    from app.settings import RoutingParams
 
     ids = [f"prov{i:02d}-bench" for i in range(providers)]
     config = {
