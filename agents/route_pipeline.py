@@ -93,6 +93,8 @@ class Pipeline:
         )
     )
     reader: LogReader | None = None
+    #: Counts the rebalances (each :meth:`forget`): a commit under way across one acks nothing.
+    generation: int = 0
 
     def state(self, route_name: str) -> RouteState:
         latest = self.latest.get(route_name)
@@ -184,22 +186,36 @@ class Pipeline:
 
     async def _commit(self, partition: int, names: list[str]) -> list[Any]:
         """Exactly-once: commit the partition's records and the rows of its routes in one
-        transaction, then write the rows here; return the events now safe to ack."""
+        transaction, then write the rows here; return the events now safe to ack.
+
+        The rows committed reach the local store even if a rebalance came meanwhile (the
+        partition may stay here, and Faust restores only partitions newly assigned): the
+        store must never be behind the changelog's committed rows. A transaction a
+        rebalance ended (this worker's producers start anew at each assignment) commits
+        nothing: its events, unacked, are folded again from the rows."""
         writer = await _writer(partition)
         changelog = changelog_name()
+        generation = self.generation
+        states = {name: self.unwritten[name][-1].state for name in names}
         rows = {}
-        for name in names:
-            key, value = row_record(name, self.unwritten[name][-1].state)
+        for name, state in states.items():
+            key, value = row_record(name, state)
             rows[name] = writer.send(changelog, key, value, partition)
         try:
             await writer.commit()
         except NotCommitted as exc:
+            if self.generation != generation:
+                return []
             raise SendFailed(f"the transaction of routing partition {partition} failed") from exc
-        safe: list[Any] = []
-        for name in names:
-            safe += self.write_acknowledged(name, keep_route_state)
+        for name, state in states.items():
+            keep_route_state(name, state)
         if rows:
             restored_through(partition, max(row.result().offset for row in rows.values()))
+        if self.generation != generation:
+            return []  # the events will be delivered again, and found in the rows
+        safe: list[Any] = []
+        for name in names:
+            safe += self.write_acknowledged(name, lambda _name, _state: None)
         return safe
 
     def _wrote_lately(self, partition: int) -> bool:
@@ -232,6 +248,7 @@ class Pipeline:
 
     def forget(self) -> None:
         """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
+        self.generation += 1
         self.latest.clear()
         self.unwritten.clear()
         self.partition_of.clear()

@@ -202,6 +202,7 @@ class TransactionalWriter:
         for held in self._held:
             if not held.written.done():
                 held.written.set_exception(NotCommitted(f"{self.transactional_id} stopped"))
+                held.written.exception()  # retrieved: whoever held them was told by a rebalance
         self._held.clear()
         await self._producer.stop()
 
