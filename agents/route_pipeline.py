@@ -95,6 +95,8 @@ class Pipeline:
     reader: LogReader | None = None
     #: Counts the rebalances (each :meth:`forget`): a commit under way across one acks nothing.
     generation: int = 0
+    #: Exactly-once: when each partition's oldest uncommitted event was folded (monotonic).
+    pending_since: dict[int, float] = field(default_factory=dict)
 
     def state(self, route_name: str) -> RouteState:
         latest = self.latest.get(route_name)
@@ -164,6 +166,7 @@ class Pipeline:
         sends = await _publish(step, _answered(parsed), send)
         self.latest[route_name] = step.state
         self.partition_of[route_name] = partition
+        self.pending_since.setdefault(partition, time.monotonic())
         self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
         route_gauges.export(route_name, step)
@@ -171,17 +174,36 @@ class Pipeline:
 
     async def _write_if_due(self, partition: int, pending: int, more: bool) -> list[Any]:
         """Write the acknowledged rows of the partition's routes, unless the batch goes on
-        (``more``, or rows written lately) and the route has fewer than the batch's maximum
-        events pending; return the events now safe to ack."""
+        (``more``, or rows written lately, at least once) and the route has fewer than the
+        batch's maximum events pending; return the events now safe to ack."""
+        if exactly_once.ON:
+            return await self._commit_due(more)
         if pending < settings.router_batch_max and (more or self._wrote_lately(partition)):
             return []
         self.written_at[partition] = time.monotonic()
         names = [r for r, p in self.partition_of.items() if p == partition]
-        if exactly_once.ON:
-            return await self._commit(partition, names)
         safe: list[Any] = []
         for name in names:
             safe += self.write_acknowledged(name)
+        return safe
+
+    async def _commit_due(self, more: bool) -> list[Any]:
+        """Exactly-once, where the records themselves wait for the commit: commit each
+        partition's transaction once the events read together are folded (``more``
+        false), or its oldest uncommitted event waited ``router_flush_interval_s``, or
+        a route has the batch's maximum events pending; return the events now safe to
+        ack. Any partition, whichever partition's event is being folded."""
+        now = time.monotonic()
+        safe: list[Any] = []
+        for partition in sorted(set(self.partition_of.values())):
+            names = [r for r, p in self.partition_of.items() if p == partition]
+            pending = max(len(self.unwritten[name]) for name in names)
+            waited = now - self.pending_since.get(partition, now)
+            batch_goes_on = more and pending < settings.router_batch_max
+            if batch_goes_on and waited < settings.router_flush_interval_s:
+                continue
+            self.pending_since.pop(partition, None)
+            safe += await self._commit(partition, names)
         return safe
 
     async def _commit(self, partition: int, names: list[str]) -> list[Any]:
@@ -208,7 +230,7 @@ class Pipeline:
                 return []
             raise SendFailed(f"the transaction of routing partition {partition} failed") from exc
         for name, state in states.items():
-            keep_route_state(name, state)
+            keep_route_state(name, state, partition)
         if rows:
             restored_through(partition, max(row.result().offset for row in rows.values()))
         if self.generation != generation:
@@ -249,6 +271,7 @@ class Pipeline:
     def forget(self) -> None:
         """Partitions moved: unacked events will be redelivered (here or elsewhere)."""
         self.generation += 1
+        self.pending_since.clear()
         self.latest.clear()
         self.unwritten.clear()
         self.partition_of.clear()

@@ -46,10 +46,15 @@ def row_record(route: str, state: RouteState) -> tuple[bytes, bytes]:
     return dumps("json", route), dumps("json", to_row(state))
 
 
-def keep_route_state(route: str, state: RouteState) -> None:
-    """Write a row to the local store only: its changelog record is already committed
-    (exactly-once, agents/transactions.py). Must run in an event's stream context."""
-    route_state.data[route] = to_row(state)
+def keep_route_state(route: str, state: RouteState, partition: int) -> None:
+    """Write a row to the local store of ``partition`` only: its changelog record is
+    already committed (exactly-once, agents/transactions.py). Faust's store picks the
+    partition from the event being processed; a transaction of one partition may be
+    committed while an event of another is, so the partition is named here."""
+    store: Any = route_state.data  # faust's rocksdb store: one database per partition
+    key = store._encode_key(route)
+    store._db_for_partition(partition).put(key, store._encode_value(to_row(state)))
+    store._key_index[key] = partition
 
 
 def restored_through(partition: int, offset: int) -> None:

@@ -68,7 +68,11 @@ def transaction(
     monkeypatch.setattr(pipeline, "_writer", get)
     monkeypatch.setattr(pipeline, "changelog_name", lambda: "changelog")
     monkeypatch.setattr(pipeline, "row_record", lambda route, state: (route.encode(), b"row"))
-    monkeypatch.setattr(pipeline, "keep_route_state", table.__setitem__)
+    monkeypatch.setattr(
+        pipeline,
+        "keep_route_state",
+        lambda route, state, partition: table.__setitem__(route, state),
+    )
     monkeypatch.setattr(pipeline, "restored_through", lambda partition, offset: None)
     return writer, table
 
