@@ -91,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--deployments", type=int, default=4, help="deployments per mock")
     parser.add_argument("--strategy", default="ucb1", help="BANDIT_STRATEGY of the worker")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="the worker writes in transactions (SWITCHYARD_EXACTLY_ONCE; Apache Kafka only)",
+    )
     parser.add_argument("--decisions", type=int, default=10_000)
     parser.add_argument(
         "--decision-seconds", type=float, default=10.0, help="time cap per strategy"
@@ -120,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             "saturation_requests": args.saturation_requests,
             "saturation_seconds": args.saturation_seconds,
             "deployments": args.deployments,
+            "exactly_once": args.exactly_once,
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
         },

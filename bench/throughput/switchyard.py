@@ -54,7 +54,11 @@ async def run_switchyard(mocks: Sequence[MockServer], args: argparse.Namespace) 
 
     stack = EmbeddedStack(
         providers_yaml=providers_yaml(mocks, args.deployments),
-        env={"BANDIT_STRATEGY": args.strategy, "SWITCHYARD_LOG_LEVEL": "warn"},
+        env={
+            "BANDIT_STRATEGY": args.strategy,
+            "SWITCHYARD_LOG_LEVEL": "warn",
+            **({"SWITCHYARD_EXACTLY_ONCE": "1"} if args.exactly_once else {}),
+        },
         broker_kind=args.broker,
     )
     result: dict[str, Any] = {"strategy": args.strategy, "mocks": {}}
