@@ -116,13 +116,18 @@ def tick(t: float, route: str = "chat") -> RouteTick:
     return RouteTick(id=derived_id("tick", route, t), occurred_at=at(t), route=route)
 
 
+def recorded(log: Log) -> RecordedLog:
+    """The log as replay reads it: its routing events, decisions and responses."""
+    found = RecordedLog("test")
+    for offset, event in sorted(log.events.items()):
+        found.routing.append(parse("routing", 0, offset, event.model_dump_json()))
+    for n, decision in enumerate(log.decisions):
+        found.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
+    for n, response in enumerate(log.responses):
+        found.responses.append(parse("responses", 0, n, response.model_dump_json()))
+    return found
+
+
 def replayed(log: Log, policy: Policy) -> ReplayReport:
     """The log's routing events re-derived and compared with its decisions and responses."""
-    recorded = RecordedLog("test")
-    for offset, event in sorted(log.events.items()):
-        recorded.routing.append(parse("routing", 0, offset, event.model_dump_json()))
-    for n, decision in enumerate(log.decisions):
-        recorded.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
-    for n, response in enumerate(log.responses):
-        recorded.responses.append(parse("responses", 0, n, response.model_dump_json()))
-    return replay(recorded, policy)
+    return replay(recorded(log), policy)

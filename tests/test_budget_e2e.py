@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -47,13 +48,15 @@ def with_budget(sim: SimulatedProviders) -> str:
     return yaml.safe_dump(config)
 
 
-@pytest.fixture
-async def stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
+@asynccontextmanager
+async def three_workers(
+    broker: EmbeddedBroker, providers_yaml: Callable[[SimulatedProviders], str]
+) -> AsyncIterator[EmbeddedStack]:
     running = EmbeddedStack(
         broker=broker,
         namespace=f"b{uuid.uuid4().hex[:8]}",
         time_scale=0.02,
-        providers_yaml=with_budget,
+        providers_yaml=providers_yaml,
         # What this test checks is the ledger, not latency: on Apache Kafka the rebalances of
         # three workers joining can hold a partition for over a minute (docs/embedded-broker.md),
         # and a request deadline passed there is an error that is not the budget's.
@@ -65,6 +68,12 @@ async def stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
         yield running
     finally:
         await running.stop()
+
+
+@pytest.fixture
+async def stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
+    async with three_workers(broker, with_budget) as running:
+        yield running
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -152,19 +161,8 @@ def with_token_limit(sim: SimulatedProviders) -> str:
 
 @pytest.fixture
 async def limited(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
-    running = EmbeddedStack(
-        broker=broker,
-        namespace=f"l{uuid.uuid4().hex[:8]}",
-        time_scale=0.02,
-        providers_yaml=with_token_limit,
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "600"},
-    )
-    await running.start(workers=3)
-    try:
-        await warm_up(running, timeout_s=90)
+    async with three_workers(broker, with_token_limit) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 async def test_tokens_per_minute_hold_across_three_workers_and_three_routes(

@@ -16,8 +16,6 @@ import pytest
 from factories import T0, accepted, provider, routing_config
 from log_harness import Log, replayed
 
-from app.audit.log import RecordedLog, parse
-from app.audit.replay import replay
 from app.contract.policy import PolicyChanged, PolicyDocument
 from app.events import Decision, StatusClass, derived_id
 from app.routing.answers import at
@@ -154,11 +152,4 @@ def test_a_recorded_log_replays_exactly_under_a_hostile_environment(
     assert report.reproduced == len(log.decisions)
     # The log's own document decides, not the policy the replay is handed.
     hostile_policy = Policy(config=base.config, params=params_from_env(os.environ))
-    recorded = RecordedLog("test")
-    for offset, event in sorted(log.events.items()):
-        recorded.routing.append(parse("routing", 0, offset, event.model_dump_json()))
-    for n, decision in enumerate(log.decisions):
-        recorded.decisions.append(parse("decisions", 0, n, decision.model_dump_json()))
-    for n, response in enumerate(log.responses):
-        recorded.responses.append(parse("responses", 0, n, response.model_dump_json()))
-    assert replay(recorded, hostile_policy).mismatched == 0
+    assert replayed(log, hostile_policy).mismatched == 0
