@@ -24,6 +24,7 @@ from app.config_access import Budget as Budget
 from app.config_access import Credential as Credential
 from app.config_access import GatewayKey as GatewayKey
 from app.config_auto import AffinityConfig, AutoConfig
+from app.contract.features import DOMAIN_ORDER
 from app.guardrails.config import GuardrailRule as GuardrailRule
 from app.guardrails.config import Guardrails as Guardrails
 from app.route_graph import DynamicRoutes, GraphError
@@ -362,8 +363,6 @@ class RoutingConfig(BaseModel):
             owners.add(owner)
 
     def _check_dynamic_routes(self) -> None:
-        from app.understanding.domains import DOMAIN_ORDER  # it imports this module
-
         try:
             self.dynamic_routes.check_references(
                 targets={*self.route_names(), *self.deployment_ids()},

@@ -15,6 +15,27 @@ LengthBucket = Literal["short", "medium", "long", "very_long"]
 Modality = Literal["text", "image", "audio"]
 
 
+#: The 15 domains of request understanding, in their table's order: also the tie-break
+#: order (app/understanding/domains.py detects them).
+DOMAIN_ORDER: tuple[str, ...] = (
+    "math",
+    "coding",
+    "reasoning",
+    "image",
+    "voice",
+    "transcription",
+    "translation",
+    "vision",
+    "embedding",
+    "medical",
+    "finance",
+    "science",
+    "classification",
+    "sentiment",
+    "legal",
+)
+
+
 class DomainMatch(BaseModel):
     """The detected domain and why, for the decision trace. Holds no prompt text."""
 

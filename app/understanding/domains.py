@@ -31,29 +31,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.config import ProviderConfig, deployment_id
+from app.contract.features import DOMAIN_ORDER as DOMAIN_ORDER  # the names, in the contract
 from app.contract.features import DomainMatch as DomainMatch  # the model, in the contract
 from app.understanding.patterns import CODE_SYNTAX_TABLE, DOMAIN_TABLE
 from app.understanding.rules import RuleSet, parse_rules
 from app.understanding.text import normalised
-
-#: Seed 000 §6's table order: also the tie-break order.
-DOMAIN_ORDER: tuple[str, ...] = (
-    "math",
-    "coding",
-    "reasoning",
-    "image",
-    "voice",
-    "transcription",
-    "translation",
-    "vision",
-    "embedding",
-    "medical",
-    "finance",
-    "science",
-    "classification",
-    "sentiment",
-    "legal",
-)
 
 #: Code syntax, one pattern (``has_code``); it is also the ``coding.syntax`` rule.
 CODE_SYNTAX = "|".join(body for _, body in parse_rules(CODE_SYNTAX_TABLE)["code"])
