@@ -128,6 +128,22 @@ class SwitchyardWorker(faust.Worker):
         super()._schedule_shutdown(signal)
 
 
+def changelog_topics() -> dict[str, tuple[int, dict[str, str]]]:
+    """Every table's changelog topic as Faust declares it: partitions and configs."""
+    found = {}
+    for table in app.tables.values():
+        topic: Any = table.changelog_topic
+        configs = {str(k): str(v) for k, v in (topic.config or {}).items()}
+        if "cleanup.policy" not in configs:
+            policy = [
+                p for p, on in (("compact", topic.compacting), ("delete", topic.deleting)) if on
+            ]
+            if policy:
+                configs["cleanup.policy"] = ",".join(policy)
+        found[topic.get_topic_name()] = (topic.partitions or settings.partitions, configs)
+    return found
+
+
 def table_store_options(settings: Settings) -> dict[str, Any]:
     """Options for ``app.Table`` (``Settings.rocksdb_*``): a new dict each call (faust's
     store mutates the one it gets)."""

@@ -29,8 +29,9 @@ def _worker(_: argparse.Namespace) -> int:
     log_hygiene.install()  # before anything logs a record: values become their size
     _detect_fetch_holding()
     from agents import executor, feedback, handoff, ingest, policy, router, web
-    from agents.app import SwitchyardWorker, settings
+    from agents.app import SwitchyardWorker, changelog_topics, settings
     from agents.app import app as faust_app
+    from app.kafka import ensure_topics
     from app.policy_file import document_from_file
     from app.policy_log import bootstrap
     from app.runtime import policy_holder
@@ -39,6 +40,8 @@ def _worker(_: argparse.Namespace) -> int:
     registered = (executor, feedback, handoff, ingest, router, web)
     assert registered
     policy_holder().load()  # fail fast, with one clear line, on a bad providers file
+    # The tables' changelogs exist before the consumer first joins (app/kafka.py).
+    asyncio.run(ensure_topics(settings, changelogs=changelog_topics()))
     document = document_from_file(settings.providers, settings.routing)
     policy.adopt(asyncio.run(bootstrap(settings, document, policy_holder().book)))
     _make_data_dir(settings.data_dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -138,9 +139,17 @@ def topic_configs(settings: Settings) -> dict[str, str]:
     return {"min.insync.replicas": str(settings.min_insync_replicas)}
 
 
-async def ensure_topics(settings: Settings, served_within_s: float = 60.0) -> None:
+async def ensure_topics(
+    settings: Settings,
+    served_within_s: float = 60.0,
+    changelogs: Mapping[str, tuple[int, dict[str, str]]] | None = None,
+) -> None:
     """Create the topics the worker reads and writes, with the configured partition count,
-    and return once the broker serves every partition of each.
+    and return once the broker serves every partition of each. ``changelogs``: the
+    tables' changelog topics too (name: partitions and configs, as Faust declares them),
+    so that they exist before the worker's consumer first joins its group: one that
+    joins before a changelog exists is assigned none of it, and restores nothing from
+    it, until its metadata is next refreshed (minutes).
 
     A broker acknowledges a topic's creation before every broker has learnt who leads its
     partitions; a client that looks in between finds no topic or a ``NotLeader`` error (on a
@@ -165,6 +174,12 @@ async def ensure_topics(settings: Settings, served_within_s: float = 60.0) -> No
                 settings.topics.policy, 1, settings.replication_factor, topic_configs=configs
             )
             wanted.append(policy)
+        for name, (count, own) in (changelogs or {}).items():
+            if name not in existing:
+                config = {**configs, **own}
+                wanted.append(
+                    NewTopic(name, count, settings.replication_factor, topic_configs=config)
+                )
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(wanted)

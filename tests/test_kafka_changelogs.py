@@ -150,3 +150,44 @@ async def test_a_fresh_worker_restores_the_same_state_from_a_compacted_changelog
         assert restored == held
     finally:
         await stack.stop()
+
+
+def test_the_worker_declares_every_changelog_as_faust_would() -> None:
+    import tables.answers
+    import tables.routing
+    from agents.app import changelog_topics, settings
+
+    assert tables.answers and tables.routing  # the tables, registered
+
+    found = changelog_topics()
+    app_id = settings.app_id
+    assert found[f"{app_id}-route-state-changelog"] == (
+        settings.partitions,
+        {"cleanup.policy": "compact"},
+    )
+    answers = found[f"{app_id}-feedback-answers-changelog"]
+    assert answers[1]["cleanup.policy"] == "compact,delete"
+    assert int(answers[1]["retention.ms"]) > 0
+
+
+async def test_changelogs_exist_before_the_worker_joins(kafka_broker: KafkaBroker) -> None:
+    """The worker creates the tables' changelogs before its consumer first joins its
+    group (app/cli.py): a consumer that joined before the route-state changelog existed
+    was assigned none of it (its metadata lacked it for minutes), so it restored
+    nothing from it when a partition moved, and kept no standby."""
+    from app.kafka import ensure_topics
+    from app.settings import Settings
+
+    namespace = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(broker=f"kafka://{kafka_broker.bootstrap}", partitions=3)
+    changelog = f"switchyard-{namespace}-route-state-changelog"
+    await ensure_topics(settings, changelogs={changelog: (3, {"cleanup.policy": "compact"})})
+    configs = await _configs(kafka_broker.bootstrap, [changelog])
+    assert configs[changelog]["cleanup.policy"] == "compact"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([changelog])
+    finally:
+        await admin.close()
+    assert len(described["partitions"]) == 3
