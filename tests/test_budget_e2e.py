@@ -21,6 +21,7 @@ from stack_helpers import chat, publish, switchyard, warm_up
 from app.audit.log import events, read_broker
 from app.client import all_answered, read_topics
 from app.embedded.broker import EmbeddedBroker
+from app.embedded.kafka import KafkaBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
 from app.events import AttemptFinished, BudgetSettle, Outcome, route_of
@@ -161,7 +162,15 @@ def with_token_limit(sim: SimulatedProviders) -> str:
 
 @pytest.fixture
 async def limited(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
-    async with three_workers(broker, with_token_limit) as running:
+    """On a broker of its own where the session's is Apache Kafka. On the session's, after
+    a few hundred tests, some of the 450 requests went unanswered for minutes, twice (5
+    after 240 s the first time); the cause is not found yet. On a fresh broker, whether
+    the burst crosses a minute's end or not, every request is answered in seconds."""
+    if not isinstance(broker, KafkaBroker):
+        async with three_workers(broker, with_token_limit) as running:
+            yield running
+        return
+    async with KafkaBroker() as own, three_workers(own, with_token_limit) as running:
         yield running
 
 
@@ -179,9 +188,7 @@ async def test_tokens_per_minute_hold_across_three_workers_and_three_routes(
     await publish(stack, list(requests))
     topic = stack.topics.responses
     answered = all_answered([r["request_id"] for r in requests], topic)
-    # What this test checks is the ledger, not latency: under a loaded suite three workers
-    # joining on Kafka have held partitions for minutes (the deadline is 600 s).
-    seen = await read_topics(stack.broker.bootstrap, [topic], answered, timeout_s=420)
+    seen = await read_topics(stack.broker.bootstrap, [topic], answered, timeout_s=240)
     mine = {r["request_id"]: r for r in seen[topic] if r["request_id"].startswith("t-")}
     assert len(mine) == len(requests), sorted({r["request_id"] for r in requests} - set(mine))
     refused = [r for r in mine.values() if r["status"] == "error"]
