@@ -188,11 +188,9 @@ async def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        if not partitions:
-            await consumer._client.force_metadata_update()
-            found = consumer.partitions_for_topic(topic) or set()
-            partitions = [TopicPartition(topic, p) for p in found]
+        await consumer._client.force_metadata_update()
+        found = consumer.partitions_for_topic(topic) or set()
+        partitions = [TopicPartition(topic, p) for p in found]
         ends = await consumer.end_offsets(partitions)
         return {tp.partition: offset for tp, offset in ends.items()}
     finally:
