@@ -20,14 +20,14 @@ from aiokafka.errors import KafkaTimeoutError
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
-from agents import fast_delivery, seek_start, transactions
-from agents.flow_control import LiveFlowControl
-from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.embedded.lifetime import exit_after
 from app.kafka import faust_security
 from app.settings import Settings, get_settings
 from app.web_auth import faust_web_options
+from app.worker import fast_delivery, seek_start, transactions
+from app.worker.flow_control import LiveFlowControl
+from app.worker.quiet_monitor import QuietMonitor
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def build_app(settings: Settings) -> SwitchyardApp:
         producer_max_request_size=settings.producer_max_request_size,
         # Faust's own guarantee stays at-least-once (every update is idempotent); with
         # SWITCHYARD_EXACTLY_ONCE the router's and the calls' writes are transactions of
-        # their own (agents/transactions.py).
+        # their own (app/worker/transactions.py).
         processing_guarantee="at_least_once",
         # Do not wait, on a rebalance or a stop, for the events agents have not acked:
         # the router acks an event only once a written row includes it, and writes rows
@@ -77,14 +77,14 @@ def build_app(settings: Settings) -> SwitchyardApp:
         # events are redelivered, and every fold is idempotent.
         stream_wait_empty=False,
         # Faust's monitor counts every record read, sent and every table access; nothing
-        # reads those counts (our metrics are Prometheus'): agents/quiet_monitor.py.
+        # reads those counts (our metrics are Prometheus'): app/worker/quiet_monitor.py.
         Monitor=QuietMonitor,
     )
 
 
 class SwitchyardApp(faust.App):
     """Faust's app with a flow control that does not drop a running flow's records on a
-    rebalance (agents/flow_control.py), and hooks that run when an assignment arrives,
+    rebalance (app/worker/flow_control.py), and hooks that run when an assignment arrives,
     before Faust's own handling (the tables' restore) starts."""
 
     #: Told each assignment first (agents/exactly_once.py fences there).

@@ -1,5 +1,5 @@
 """The worker's exactly-once wiring (``SWITCHYARD_EXACTLY_ONCE``; the design is in
-agents/transactions.py): its transactional writers per routing partition, the fencing
+app/worker/transactions.py): its transactional writers per routing partition, the fencing
 at each assignment, and the hand-off's wait for the router to catch up.
 """
 
@@ -13,14 +13,14 @@ from typing import Any
 from faust.types import TP
 
 from agents.app import app, routing_log, routing_topic, settings
-from agents.transactions import (
+from app.events import RouteTick, derived_id
+from app.kafka import bootstrap_servers
+from app.worker.transactions import (
     CatchUp,
     PartitionWriters,
     TransactionalWriter,
     recovery_ends_at_committed_records,
 )
-from app.events import RouteTick, derived_id
-from app.kafka import bootstrap_servers
 
 ON = settings.exactly_once
 

@@ -36,7 +36,6 @@ from agents.app import (
 )
 from agents.judge import read_judgement, request_judgement
 from app import metrics
-from app.config import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
 from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
 from app.events import (
     REGION_NOT_SERVED,
@@ -56,8 +55,9 @@ from app.execution.http import make_client
 from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
 from app.execution.stream import stream_provider
 from app.guardrails import Rules, StreamScreen, redact_messages, rules_for
+from app.policy.holder import policy_holder
+from app.policy.schema import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
 from app.routing.fold import LOST_ATTEMPT_GRACE_S
-from app.runtime import policy_holder
 
 log = logging.getLogger(__name__)
 _client: httpx.AsyncClient | None = None
@@ -97,7 +97,7 @@ async def run_dispatch(dispatch: Dispatch, partition: int | None = None) -> None
     """Call, publish the outcome and the feedback (and the answer when this is it).
 
     ``partition`` (exactly-once): the routing partition whose transaction writes them;
-    :class:`agents.transactions.NotCommitted` when it could not (no answer is sent then).
+    :class:`app.worker.transactions.NotCommitted` when it could not (no answer is sent then).
     """
     provider = _provider_of(dispatch)
     rules = _output_rules(dispatch)

@@ -3,14 +3,14 @@
 Two agents and a timer:
 
 * ``feedback_intake`` reads ``llm.feedback`` (keyed as the producer likes) and
-  validates each record (:func:`app.feedback.accept_feedback`): a bad one goes to
+  validates each record (:func:`app.grades.intake.accept_feedback`): a bad one goes to
   ``llm.deadletter`` with its reason, as ingest does (no record stops it; only the
   broker's own errors are raised); a valid one is re-keyed by request id onto the
   internal matching topic. Unknown fields are dropped there: no free text goes on.
 * ``match_feedback`` reads ``llm.outcomes`` and the matching topic (both keyed by
   request id, co-partitioned with the answers table, tables/answers.py) and is the
   table's single writer: final outcomes fill it, feedback is matched against it
-  (:mod:`app.feedback_match`), sweeps prune it. A matched grade is published on the
+  (:mod:`app.grades.matching`), sweeps prune it. A matched grade is published on the
   routing log keyed by route, where the router folds it in log order; an unmatched
   one goes to ``llm.deadletter`` as ``unmatched_feedback`` with why (and the
   validated feedback, never the original text), and is counted in
@@ -47,8 +47,8 @@ from app.events import (
     Outcome,
     derived_id,
 )
-from app.feedback import FEEDBACK, accept_feedback
-from app.feedback_match import MatchStep, Unmatched, on_feedback, on_outcome, on_sweep
+from app.grades.intake import FEEDBACK, accept_feedback
+from app.grades.matching import MatchStep, Unmatched, on_feedback, on_outcome, on_sweep
 from app.ingest import dead_letter
 from tables.answers import (
     delete_answer,

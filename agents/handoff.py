@@ -18,7 +18,7 @@ When the deciding worker has no room left, the dispatch goes to
 agent makes the call: a hot route is not capped by one process's HTTP capacity.
 
 Both agents ack a record once its call has ended, in offset order per partition
-(agents/acks.py): a kill or a rebalance leaves every call still running to the
+(app/worker/acks.py): a kill or a rebalance leaves every call still running to the
 partition's next owner.
 """
 
@@ -34,13 +34,13 @@ from faust import StreamT
 from pydantic import ValidationError
 
 from agents import exactly_once
-from agents.acks import InOrderAcks
 from agents.app import app, dispatch_log, dispatch_topic, settings, spill_log, spill_topic
 from agents.executor import run_dispatch
-from agents.transactions import NotCommitted, Sender, direct
 from app import metrics
 from app.events import Dispatch
 from app.routing.state import RouteState, attempt_key
+from app.worker.acks import InOrderAcks
+from app.worker.transactions import NotCommitted, Sender, direct
 from tables.routing import load_route_state
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ _ended: OrderedDict[str, None] = OrderedDict()
 _ENDED_KEPT = 65_536
 #: Acks scheduled from a call's end (kept referenced until done).
 _acking: set[asyncio.Future[None]] = set()
-#: The hand-off and spill agents' acks, in offset order per partition (agents/acks.py).
+#: The hand-off and spill agents' acks, in offset order per partition (app/worker/acks.py).
 _acks: InOrderAcks | None = None
 _spill_acks: InOrderAcks | None = None
 #: Spilled calls running in this process.

@@ -9,7 +9,7 @@ again rather than lost. Log lines about a record name its reason and position,
 never its content.
 
 A record is acked once the broker has what ingest sent for it (the accepted request,
-or the dead letter), in offset order (:mod:`agents.acks`): a send that fails for a
+or the dead letter), in offset order (:mod:`app.worker.acks`): a send that fails for a
 passing reason (a broker stalled past the producer's timeout) is sent again until it is
 delivered (:class:`agents.app.Publisher`), and its record, with every later one of its
 partition, stays unacked until then, so a stop in between reads it again rather than
@@ -31,12 +31,12 @@ from faust import StreamT
 from faust.types import EventT
 
 from agents import replies
-from agents.acks import InOrderAcks
 from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
 from app import metrics
 from app.events import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept, dead_letter, encode_accepted, refusal_reply
-from app.runtime import policy_holder
+from app.policy.holder import policy_holder
+from app.worker.acks import InOrderAcks
 
 log = logging.getLogger(__name__)
 

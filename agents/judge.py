@@ -1,7 +1,7 @@
 """The built-in judge (issue 10 §6): ask for a grade, read the grade, publish it as feedback.
 
 * :func:`request_judgement` runs in the executor right after it published a successful
-  answer: when the route has a judge and the answer is sampled (:mod:`app.judge`), the
+  answer: when the route has a judge and the answer is sampled (:mod:`app.grades.judge`), the
   judge request goes to ``llm.requests``, where it is accepted, routed (pinned to the
   judge deployment), called, recorded and answered like any other request.
 * :func:`read_judgement` runs where a judge request's answer is published: in the
@@ -29,8 +29,14 @@ from agents.app import requests_topic
 from agents.feedback import feedback_topic
 from app import metrics
 from app.events import Dispatch, Response
-from app.judge import JUDGE_PREFIX, judge_deployments, judge_feedback, judge_of, plan_judgement
-from app.runtime import policy_holder
+from app.grades.judge import (
+    JUDGE_PREFIX,
+    judge_deployments,
+    judge_feedback,
+    judge_of,
+    plan_judgement,
+)
+from app.policy.holder import policy_holder
 
 log = logging.getLogger(__name__)
 

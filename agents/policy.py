@@ -6,7 +6,7 @@
   one position of its own log, on every worker, and replay sees the same. It
   waits for the broker's acknowledgements before the proposal counts as relayed;
   a crash re-relays, and a route folds a version once.
-* Every worker follows the topic (:class:`app.policy_log.PolicyFollower`), so its
+* Every worker follows the topic (:class:`app.policy.log.PolicyFollower`), so its
   book knows every version a route's state may name; the router folds
   ``policy.changed`` itself and adds the document to the same book.
 * SIGHUP (seed 003) re-reads the providers file: valid, it is proposed; invalid,
@@ -23,11 +23,11 @@ from typing import Any
 from faust import StreamT
 
 from agents.app import app, policy_topic, routing_log, settings
-from app.config import ConfigError
 from app.events import PolicyChanged, derived_id, ledger_key
-from app.policy_file import document_from_file
-from app.policy_log import PolicyFollower, Version, proposal, propose
-from app.runtime import policy_holder
+from app.policy.document import document_from_file
+from app.policy.holder import policy_holder
+from app.policy.log import PolicyFollower, Version, proposal, propose
+from app.policy.schema import ConfigError
 
 log = logging.getLogger(__name__)
 #: How often a worker looks for versions it has not folded itself (seconds).

@@ -7,10 +7,10 @@ event of every route goes through here.
 from __future__ import annotations
 
 from app import metrics
+from app.policy.holder import policy_holder
 from app.routing.budget import windows as budget_windows
 from app.routing.fold import Step
 from app.routing.state import BREAKER_GAUGE, RouteState
-from app.runtime import policy_holder
 
 
 def export(route_name: str, step: Step) -> None:

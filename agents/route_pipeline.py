@@ -10,7 +10,7 @@ that never reached the broker: the redelivered event was skipped, and its respon
 The fold goes through :class:`app.routing.driver.Driver`, the loop every user of the
 fold shares; when it needs an earlier event of the log (a request that waited in the
 line, a parked attempt's carrier) that its bounded memory does not hold, it is read
-back from the routing topic (:mod:`agents.recall`).
+back from the routing topic (:mod:`app.worker.recall`).
 
 Waiting for the broker on every event would tie the router to one round trip per
 event, so the pipeline folds the next event from the newest state in memory while
@@ -20,7 +20,7 @@ its offset can be committed) only once a row that includes it is written. A kill
 only unacked events; they are redelivered and re-folded from the row, and send the
 same derived-id records again (consumers drop duplicates by id).
 
-Exactly-once (agents/transactions.py): the sends go into the routing partition's
+Exactly-once (app/worker/transactions.py): the sends go into the routing partition's
 transaction instead, the rows' changelog records join it, and the rows reach the local
 store once it is committed.
 """
@@ -38,15 +38,15 @@ from typing import Any, cast
 from agents import exactly_once, handoff, policy, replies, route_gauges
 from agents.app import decisions_topic, responses_topic, routing_log, routing_topic, settings
 from agents.judge import read_judgement
-from agents.recall import LogReader
-from agents.transactions import NotCommitted, Sender, TransactionalWriter, direct
 from app import metrics
 from app.events import AttemptFinished, RoutingLogEvent, route_of
 from app.kafka import bootstrap_servers
+from app.policy.holder import policy_holder
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
 from app.routing.state import RouteState
-from app.runtime import policy_holder
+from app.worker.recall import LogReader
+from app.worker.transactions import NotCommitted, Sender, TransactionalWriter, direct
 from tables.routing import (
     changelog_name,
     keep_route_state,
@@ -126,7 +126,7 @@ class Pipeline:
     async def fold_local(
         self, parsed: RoutingLogEvent, offset: int, partition: int, raw: bytes
     ) -> str:
-        """Fold a record of the local log (:mod:`agents.local_log`); return its route. No row
+        """Fold a record of the local log (:mod:`app.worker.local_log`); return its route. No row
         is written here: that needs a stream context, and the broker's copy will bring one."""
         return await self._fold(parsed, None, offset, partition, raw)
 

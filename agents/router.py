@@ -2,9 +2,9 @@
 
 Reads the routing topic, folds each event through the pipeline
 (agents/route_pipeline.py: fold, send, write the row once the sends are acknowledged),
-and acks events in offset order once a written row includes them (agents/acks.py).
+and acks events in offset order once a written row includes them (app/worker/acks.py).
 Records this worker wrote are folded once the broker acknowledged them, in log order
-(:mod:`agents.local_log`). An unreadable event, or one the fold fails on, is
+(:mod:`app.worker.local_log`). An unreadable event, or one the fold fails on, is
 dead-lettered with its reason. A timer publishes the time on every route.
 """
 
@@ -20,25 +20,25 @@ from faust.types import TP, EventT
 from pydantic import TypeAdapter, ValidationError
 
 from agents import exactly_once, handoff
-from agents.acks import InOrderAcks
 from agents.app import app, deadletter_topic, routing_log, routing_topic, settings
 from agents.ingest import log_time, position_of
-from agents.local_log import LocalLog
 from agents.route_pipeline import Pipeline, SendFailed
 from app import metrics
 from app.events import RouteTick, RoutingLogEvent, derived_id
 from app.ingest import dead_letter
+from app.policy.holder import policy_holder
 from app.routing.state import RouteState
-from app.runtime import policy_holder
+from app.worker.acks import InOrderAcks
+from app.worker.local_log import LocalLog
 
 log = logging.getLogger(__name__)
 _routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
 
 
 _pipeline = Pipeline()
-#: The route agent's acks, in offset order per partition (agents/acks.py).
+#: The route agent's acks, in offset order per partition (app/worker/acks.py).
 _acks: InOrderAcks | None = None
-#: Records this worker wrote, folded before the broker delivers them (agents/local_log.py).
+#: Records this worker wrote, folded before the broker delivers them (app/worker/local_log.py).
 _local = LocalLog()
 #: One fold at a time, whichever way its record came.
 _folding = asyncio.Lock()

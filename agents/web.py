@@ -16,11 +16,11 @@ from faust.web.drivers.aiohttp import Web as AiohttpWeb
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from agents.app import app, settings
-from agents.observe import RecordSensor, WorkerCollector, readiness
 from app.kafka import bootstrap_servers
 from app.routing.budget import windows as budget_windows
 from app.routing.state import RouteState
 from app.web_auth import admin_gate, admin_token, metrics_token
+from app.worker.observe import RecordSensor, WorkerCollector, readiness
 from tables.routing import all_route_states
 
 # Before the server starts (aiohttp freezes its middlewares then): it covers Faust's own
@@ -90,7 +90,7 @@ class BudgetsView(web.View):
     ledgers this worker folds hold them (a worker holds the ledgers of its partitions)."""
 
     async def get(self, request: web.Request) -> web.Response:
-        from app.runtime import policy_holder
+        from app.policy.holder import policy_holder
 
         limits = policy_holder().current.config.budget_by_key
         return self.json(budget_report(_states(), limits))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from app.config import ConfigError
+from app.policy.schema import ConfigError
 from app.routing.params import Strategy
 from app.settings import SETTINGS_MODELS, describe_error, get_settings
 
@@ -32,9 +32,9 @@ def _worker(_: argparse.Namespace) -> int:
     from agents.app import SwitchyardWorker, changelog_topics, settings
     from agents.app import app as faust_app
     from app.kafka import ensure_topics
-    from app.policy_file import document_from_file
-    from app.policy_log import bootstrap
-    from app.runtime import policy_holder
+    from app.policy.document import document_from_file
+    from app.policy.holder import policy_holder
+    from app.policy.log import bootstrap
 
     # Importing them builds the Faust app and registers the agents, tables and views.
     registered = (executor, feedback, handoff, ingest, router, web)
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.analytics.commands import register as register_analytics
 
     register_analytics(commands)  # analytics (the sink), console (sink and pages)
-    from app.policy_commands import register as register_policy
+    from app.policy.commands import register as register_policy
 
     register_policy(commands)  # policy apply, policy history
     from app.audit.streams import register as register_streams

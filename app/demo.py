@@ -172,7 +172,7 @@ async def _export(stack: EmbeddedStack, directory: Path) -> None:
     """Keep the log: the embedded broker is memory-only and goes away with the demo."""
     from app.audit.export import write_export, write_policy
     from app.audit.log import read_broker
-    from app.config_file import load_config
+    from app.policy.files import load_config
     from app.routing.params import params_from_env
     from app.routing.policy import Policy
 

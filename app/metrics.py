@@ -48,7 +48,7 @@ SPILLED = Counter(
 ACKS_HELD = Gauge(
     "switchyard_acks_held",
     "Events an agent that acks by hand (router, handoff, spill) has received and not acked: "
-    "in work, or waiting for an earlier event of their partition (agents/acks.py). A count "
+    "in work, or waiting for an earlier event of their partition (app/worker/acks.py). A count "
     "that only grows means a partition's commits are stuck.",
     ["agent"],
 )
@@ -125,7 +125,7 @@ JUDGE = Counter(
 )
 
 # -- Issue 16 §1: what the dashboard (ops/grafana/) needs beyond the agents' own counters.
-# Observed by a Faust sensor (agents/observe.py), for every record, without reading it.
+# Observed by a Faust sensor (app/worker/observe.py), for every record, without reading it.
 RECORD_AGE = Histogram(
     "switchyard_record_age_seconds",
     "Time from a record's write (its Kafka timestamp) to a worker reading it, by stream "
@@ -139,7 +139,7 @@ DEADLETTERS = Counter(
     "requests in switchyard_requests_total).",
 )
 
-#: Collected when ``/metrics`` is read (agents/observe.py), from the consumer's positions and
+#: Collected when ``/metrics`` is read (app/worker/observe.py), from the consumer's positions and
 #: the route-state rows this worker holds: (name, help).
 CONSUMER_LAG = (
     "switchyard_consumer_lag",

@@ -142,14 +142,14 @@ class Settings(BaseSettings):
     #: ~110 bytes per attempt in flight (112 KB with 1,000), too much to write per event.
     router_flush_interval_s: float = Field(default=0.1, ge=0.0)
     #: The router folds a routing-log record this worker wrote as soon as the broker
-    #: acknowledged it, when it is the next record of its partition (agents/local_log.py).
+    #: acknowledged it, when it is the next record of its partition (app/worker/local_log.py).
     router_local_fold: bool = True
-    #: Exactly-once answers (agents/transactions.py): the router's and the calls' records
+    #: Exactly-once answers (app/worker/transactions.py): the router's and the calls' records
     #: are written in Kafka transactions and the worker reads ``read_committed``. Needs a
     #: broker with transactions (Apache Kafka; not Tansu); turns the local fold off.
     exactly_once: bool = False
     #: Faust's fetch loop hands a record to the streams inline when that does not block
-    #: (agents/fast_delivery.py) instead of racing four tasks per record.
+    #: (app/worker/fast_delivery.py) instead of racing four tasks per record.
     fast_delivery: bool = True
     #: Spilled dispatches (``switchyard.spill``: the deciding worker had no room) one
     #: worker calls at once.

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from app.config import RoutingConfig, parse_config
 from app.events import (
     Decision,
     Dispatch,
@@ -36,6 +35,7 @@ from app.events import (
 )
 from app.execution.outcome import CallResult, build_outcome, feedback, is_final
 from app.ingest import accept
+from app.policy.schema import RoutingConfig, parse_config
 from app.routing.affinity import SESSION
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams

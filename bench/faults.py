@@ -305,7 +305,7 @@ async def _replay(stack: EmbeddedStack) -> dict[str, Any]:
     """Replay the whole log under the stack's policy: decisions and answers re-derived."""
     from app.audit.log import read_broker
     from app.audit.replay import replay
-    from app.config_file import load_config
+    from app.policy.files import load_config
     from app.routing.policy import Policy
 
     log = await read_broker(stack.broker.bootstrap, stack.topics)

@@ -16,7 +16,7 @@ consumed record (sends 0) and, from the slope, per sent record.
 
     switchyard bench record_cost [--records 20000] [--size 400]
 
-The app carries the worker's monitor (agents/quiet_monitor.py); ``RC_MONITOR=faust``
+The app carries the worker's monitor (app/worker/quiet_monitor.py); ``RC_MONITOR=faust``
 in the environment gives it Faust's own, to measure what that one costs.
 """
 

@@ -16,11 +16,11 @@ import os
 import faust
 from faust.sensors import Monitor
 
-from agents import fast_delivery
-from agents.quiet_monitor import QuietMonitor
 from app.compat import tansu
 from app.kafka import faust_security
 from app.settings import get_settings
+from app.worker import fast_delivery
+from app.worker.quiet_monitor import QuietMonitor
 
 tansu.install()
 if os.environ.get("RC_FAST_DELIVERY") != "0":  # as the worker (agents/app.py)

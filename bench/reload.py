@@ -119,7 +119,7 @@ async def _check(
     from app.audit.log import read_broker
     from app.audit.replay import replay
     from app.client import all_answered, read_topics
-    from app.config_file import load_config
+    from app.policy.files import load_config
     from app.routing.policy import Policy
 
     t = stack.topics

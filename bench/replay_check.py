@@ -15,7 +15,7 @@ async def replay_whole_log(
     routing parameters of ``env`` (the workers'); print the first mismatches."""
     from app.audit.log import read_broker
     from app.audit.replay import replay
-    from app.config_file import load_config
+    from app.policy.files import load_config
     from app.routing.params import RoutingParams
     from app.routing.policy import Policy
     from bench.cluster_report import replay_summary

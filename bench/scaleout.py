@@ -150,7 +150,7 @@ def _outage_window(steps: list[dict[str, Any]]) -> tuple[float, float]:
 
 async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> dict[str, Any]:
     from app.client import all_answered, read_topics
-    from app.config import deployment_id
+    from app.policy.schema import deployment_id
     from bench.throughput.workload import MOCK_MODEL
 
     env = {"CB_TIMEOUT_S": f"{args.breaker_timeout_s:g}"}
@@ -231,7 +231,7 @@ async def _replay(
     """Replay the whole recorded log with the workers' policy; also time the pure fold."""
     from app.audit.log import read_broker
     from app.audit.replay import rederive, replay
-    from app.config_file import load_config
+    from app.policy.files import load_config
     from app.routing.params import RoutingParams
     from app.routing.policy import Policy
 

@@ -2,7 +2,7 @@
 
 Co-partitioned with ``llm.outcomes`` and the feedback matching topic (both keyed
 by request id, same partition count): one agent (agents/feedback.py) reads both
-and is the table's single writer. Rows are :class:`app.feedback_match.AnswerRow`
+and is the table's single writer. Rows are :class:`app.grades.matching.AnswerRow`
 as JSON: route, deployment, context, status, times, grades per source and
 feedback ids. No prompt, completion or free text.
 
@@ -37,7 +37,7 @@ import faust
 from faust.types import EventT
 
 from agents.app import app, settings, table_store_options
-from app.feedback_match import AnswerRow
+from app.grades.matching import AnswerRow
 
 
 def _schema() -> Any:

@@ -48,7 +48,7 @@ def row_record(route: str, state: RouteState) -> tuple[bytes, bytes]:
 
 def keep_route_state(route: str, state: RouteState, partition: int) -> None:
     """Write a row to the local store of ``partition`` only: its changelog record is
-    already committed (exactly-once, agents/transactions.py). Faust's store picks the
+    already committed (exactly-once, app/worker/transactions.py). Faust's store picks the
     partition from the event being processed; a transaction of one partition may be
     committed while an event of another is, so the partition is named here."""
     store: Any = route_state.data  # faust's rocksdb store: one database per partition

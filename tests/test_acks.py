@@ -1,4 +1,4 @@
-"""Acks in offset order (agents/acks.py): a committed offset never passes an event in flight."""
+"""Acks in offset order (app/worker/acks.py): a committed offset never passes an event in flight."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from faust.transport.consumer import Consumer
 
-from agents.acks import InOrderAcks
+from app.worker.acks import InOrderAcks
 
 TOPIC = "switchyard.routing"
 
@@ -40,7 +40,7 @@ class FaustOffsets:
 
 
 async def test_faust_alone_commits_past_one_event_still_in_flight() -> None:
-    # Why agents/acks.py exists: with 31 (the next offset to read) in flight and
+    # Why app/worker/acks.py exists: with 31 (the next offset to read) in flight and
     # 32..40 acked, faust commits 41, and a rebalance now would lose 31.
     faust = FaustOffsets(committed=31)
     for offset in range(32, 41):

@@ -17,9 +17,9 @@ import yaml
 
 from app import schemas
 from app.cli import build_parser
-from app.config_file import load_config
 from app.embedded.kafka import KAFKA_VERSION
 from app.kafka import bootstrap_servers
+from app.policy.files import load_config
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -69,7 +69,7 @@ async def test_requests_flow_to_responses_and_bad_input_to_deadletter(
     assert "ai_bandit_choice_total" in metrics.text
     assert "ai_circuit_breaker_state" in metrics.text
     # One worker owns every routing partition: it folds the records it wrote (requests,
-    # finished attempts) once the broker acknowledged them (agents/local_log.py).
+    # finished attempts) once the broker acknowledged them (app/worker/local_log.py).
     local_folds = re.search(r"^switchyard_router_local_folds_total (\S+)$", metrics.text, re.M)
     assert local_folds is not None and float(local_folds.group(1)) > 0
 

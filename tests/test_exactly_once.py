@@ -22,13 +22,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import ValidationError
 from stack_helpers import chat, total_pulls, wait_for_pulls
 
-from agents.transactions import NotCommitted, TransactionalWriter
 from app.client import RequestPublisher, all_answered, read_topics
 from app.embedded.kafka import KafkaBroker
 from app.embedded.stack import EmbeddedStack
 from app.events import StatusClass
 from app.routing.reliability import ACCOUNTING, Availability
 from app.settings import Settings
+from app.worker.transactions import NotCommitted, TransactionalWriter
 
 
 def test_exactly_once_is_refused_on_a_broker_without_transactions() -> None:

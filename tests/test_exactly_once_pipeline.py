@@ -14,8 +14,8 @@ from factories import T0, accepted
 from test_router_crash import FakeBroker, wired
 
 import agents.route_pipeline as pipeline
-from agents.transactions import NotCommitted
 from app.routing.state import RouteState
+from app.worker.transactions import NotCommitted
 
 __all__ = ["wired"]  # the fixture, shared with tests/test_router_crash.py
 

@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 import agents.executor as executor
-from app.config import ModelSpec, ProviderConfig
 from app.events import (
     ChatMessage,
     ChatRequest,
@@ -29,6 +28,7 @@ from app.events import (
     StatusClass,
     derived_id,
 )
+from app.policy.schema import ModelSpec, ProviderConfig
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 calls: list[httpx.Request] = []

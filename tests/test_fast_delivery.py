@@ -1,4 +1,4 @@
-"""The fetch loop's delivery without four tasks per record (agents/fast_delivery.py): a
+"""The fetch loop's delivery without four tasks per record (app/worker/fast_delivery.py): a
 delivery that does not block runs inline; one that blocks is raced against a
 rebalance's suspension as mode's ``wait_first`` races it; everything else is mode's."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agents import fast_delivery
-from agents.fast_delivery import wait_first
+from app.worker import fast_delivery
+from app.worker.fast_delivery import wait_first
 
 
 class FakeConsumer:

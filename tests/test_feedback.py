@@ -18,8 +18,8 @@ from app.events import (
     LogPosition,
     StatusClass,
 )
-from app.feedback import accept_feedback
-from app.feedback_match import (
+from app.grades.intake import accept_feedback
+from app.grades.matching import (
     MAX_GRADES,
     AnswerRow,
     MatchStep,

@@ -1,11 +1,11 @@
 """A rebalance's recovery resumes the flow several times; the records already flowing
-into the streams' buffers survive it (agents/flow_control.py)."""
+into the streams' buffers survive it (app/worker/flow_control.py)."""
 
 from __future__ import annotations
 
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
-from agents.flow_control import LiveFlowControl
+from app.worker.flow_control import LiveFlowControl
 
 
 def _recovery(flow: FlowControlEvent) -> list[str]:

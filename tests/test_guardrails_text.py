@@ -14,7 +14,6 @@ import pytest
 from factories import accepted, fold, policy, provider
 from pydantic import ValidationError
 
-from app.config import GuardrailRule, Guardrails, parse_config
 from app.events import OUTPUT_BLOCKED, StatusClass, StreamDelta, refusal_code
 from app.execution.deltas import DeltaPublisher
 from app.execution.guarded import guard_answer
@@ -31,6 +30,7 @@ from app.guardrails import (
     screen,
     screen_messages,
 )
+from app.policy.schema import GuardrailRule, Guardrails, parse_config
 
 CARD = "4111 1111 1111 1111"
 EMAIL = "jane.doe@example.org"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import agents.handoff as handoff
-from agents.acks import InOrderAcks
+from app.worker.acks import InOrderAcks
 
 
 class Manual:

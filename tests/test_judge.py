@@ -11,10 +11,9 @@ import pytest
 from factories import SECRET, params
 
 from app.audit.export import read_policy, write_policy
-from app.config import ConfigError, JudgeConfig, RoutingConfig, parse_config
 from app.embedded.simulated.judging import judge_reply
 from app.events import ChatMessage, ChatRequest, ErrorBody, Response
-from app.judge import (
+from app.grades.judge import (
     JUDGE_MARKER,
     MAX_JUDGE_TEXT_CHARS,
     judge_deployments,
@@ -24,6 +23,7 @@ from app.judge import (
     plan_judgement,
     sampled,
 )
+from app.policy.schema import ConfigError, JudgeConfig, RoutingConfig, parse_config
 from app.routing.policy import Policy
 
 JUDGE = "judge-co:grader"

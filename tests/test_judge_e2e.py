@@ -19,7 +19,7 @@ from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders
 from app.embedded.simulated.providers_file import providers_config
 from app.embedded.stack import EmbeddedStack
-from app.judge import answer_text, parse_score
+from app.grades.judge import answer_text, parse_score
 
 pytestmark = pytest.mark.broker
 

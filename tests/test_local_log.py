@@ -1,4 +1,4 @@
-"""The router's local log (agents/local_log.py): records this worker wrote, folded once
+"""The router's local log (app/worker/local_log.py): records this worker wrote, folded once
 the broker acknowledged them, never out of the log's order, never twice.
 
 The router-level tests use the fakes of tests/test_router_crash.py: the fold is the
@@ -18,9 +18,9 @@ from faust.streams import _current_event
 from test_router_crash import FakeBroker, wired
 
 import agents.route_pipeline as pipeline
-from agents.local_log import LocalLog
 from app.events import RoutingLogEvent
 from app.routing.state import RouteState
+from app.worker.local_log import LocalLog
 
 __all__ = ["wired"]  # the fixture, shared with tests/test_router_crash.py
 

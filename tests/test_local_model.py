@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from app import cli
-from app.config import parse_config
 from app.embedded import local_model
 from app.embedded.local_model import (
     INSTALL_HINT,
@@ -35,7 +34,8 @@ from app.embedded.local_providers import (
 from app.embedded.simulated.providers_file import providers_config
 from app.events import ChatMessage, ChatRequest
 from app.execution.call import request_body
-from app.judge import parse_score
+from app.grades.judge import parse_score
+from app.policy.schema import parse_config
 from bench import local_model as bench
 
 
@@ -133,7 +133,7 @@ def test_the_local_judge_grades_the_route_from_a_route_of_its_own() -> None:
 
 @pytest.mark.parametrize("reply", ["SCORE: 0", "SCORE: 1", "SCORE: 0.7"])
 def test_every_reply_the_judge_grammar_allows_parses(reply: str) -> None:
-    # The grammar's three alternatives, each a reply app/judge.py accepts.
+    # The grammar's three alternatives, each a reply app/grades/judge.py accepts.
     assert parse_score(reply) is not None
     assert '"SCORE: "' in SCORE_GRAMMAR and '"0." [0-9]' in SCORE_GRAMMAR
 

@@ -22,7 +22,6 @@ import pytest
 import yaml
 from stack_helpers import collect, publish
 
-from app.config import ProviderConfig
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.local_model import MODEL_NAME, LocalModelServer, missing_reason
 from app.embedded.local_providers import (
@@ -36,7 +35,8 @@ from app.embedded.stack import EmbeddedStack
 from app.events import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import call_provider
 from app.execution.http import make_client
-from app.judge import answer_text, parse_score
+from app.grades.judge import answer_text, parse_score
+from app.policy.schema import ProviderConfig
 from app.routing.reliability import ends_request
 
 MISSING = missing_reason()

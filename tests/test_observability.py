@@ -234,7 +234,7 @@ class FakeConsumer:
 
 
 def test_consumer_lag_counts_unread_records_of_work_partitions_only() -> None:
-    from agents.observe import consumer_lags
+    from app.worker.observe import consumer_lags
 
     work, idle = TP("llm.requests", 0), TP("llm.requests", 1)
     fresh, unknown = TP("t", 0), TP("t", 1)
@@ -248,7 +248,7 @@ def test_consumer_lag_counts_unread_records_of_work_partitions_only() -> None:
 
 
 def test_readiness_needs_recovery_done_and_no_rebalance() -> None:
-    from agents.observe import readiness
+    from app.worker.observe import readiness
 
     class Completed:
         def __init__(self, done: bool) -> None:

@@ -1,4 +1,4 @@
-"""The worker's Faust monitor (agents/quiet_monitor.py) does no per-record work: each
+"""The worker's Faust monitor (app/worker/quiet_monitor.py) does no per-record work: each
 hook Faust calls for a record read, sent or a table access leaves it as it was."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from faust.sensors import Monitor
 from faust.types import TP as TopicPartition
 
-from agents.quiet_monitor import QuietMonitor
+from app.worker.quiet_monitor import QuietMonitor
 
 TP = TopicPartition("t", 0)
 

@@ -48,7 +48,7 @@ async def test_a_worker_joining_and_one_leaving_under_traffic_loses_nothing(
         assert not set(ids) - answered, sorted(set(ids) - answered)[:5]
         assert stop_s < 10.0, f"SIGTERM took {stop_s:.1f}s"
         # Both workers folded records they wrote before the broker delivered them
-        # (agents/local_log.py), across the rebalance: the log still replays exactly.
+        # (app/worker/local_log.py), across the rebalance: the log still replays exactly.
         code, out = await switchyard(stack, "replay", "--json")
         report = json.loads(out)
         assert code == 0 and report["mismatched"] == 0, report

@@ -1,5 +1,5 @@
 """After a rebalance, a partition nobody committed is read again from its start
-(agents/seek_start.py), not from wherever the fetch loop left it."""
+(app/worker/seek_start.py), not from wherever the fetch loop left it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import OffsetAndMetadata
 
-from agents.seek_start import seek_to_committed_or_start
 from app.embedded.broker import EmbeddedBroker
+from app.worker.seek_start import seek_to_committed_or_start
 
 pytestmark = pytest.mark.broker
 

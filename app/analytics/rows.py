@@ -34,7 +34,7 @@ from app.events import (
     RequestAccepted,
     Response,
 )
-from app.feedback import accept_feedback
+from app.grades.intake import accept_feedback
 from app.settings import DEFAULT_MAX_JSON_DEPTH
 
 Row = dict[str, Any]
@@ -179,7 +179,7 @@ def _int(value: Any) -> int | None:
 
 
 def feedback_rows(raw: bytes, position: Position) -> Rows | Skip:
-    from app.feedback_match import grade_id
+    from app.grades.matching import grade_id
 
     where = LogPosition(topic=position.topic, partition=position.partition, offset=position.offset)
     result = accept_feedback(

@@ -24,7 +24,7 @@ from typing import Any
 
 from app.audit.log import RecordedLog, events
 from app.events import AttemptFinished, Decision, Feedback, GradeApplied, StatusClass
-from app.feedback_match import grade_id
+from app.grades.matching import grade_id
 
 
 @dataclass

@@ -47,7 +47,7 @@ from app.events import (
     RoutingLogEvent,
 )
 from app.events import RoutingEvent as RoutingEvent  # the audit tools import it from here
-from app.feedback import accept_feedback
+from app.grades.intake import accept_feedback
 from app.kafka import client_security
 from app.settings import Topics
 

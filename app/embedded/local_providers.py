@@ -3,7 +3,7 @@
 * :func:`with_local_model`: the provider ``local`` (free, ``max_concurrency`` = its
   llama.cpp slots) first on the default route, with ``local_first`` (seed 000 §9
   step 4): asked first, its answer kept when its confidence reaches the threshold.
-* :func:`with_local_judge`: the local model as the route's judge (app/judge.py). A
+* :func:`with_local_judge`: the local model as the route's judge (app/grades/judge.py). A
   135M model does not follow the judge's ``SCORE: x`` instruction, so the judge is a
   second server held to that format by a llama.cpp grammar (:data:`SCORE_GRAMMAR`):
   its replies always parse; what its grades are worth is another matter
@@ -78,7 +78,7 @@ def with_local_judge(
     route: str | None = None,
     rubric: str = DEFAULT_JUDGE_RUBRIC,
 ) -> str:
-    """``providers_yaml`` plus the local model as ``route``'s judge (app/judge.py).
+    """``providers_yaml`` plus the local model as ``route``'s judge (app/grades/judge.py).
 
     The judge is its own server (held to ``SCORE: x`` by :data:`SCORE_GRAMMAR`), the
     provider ``local-judge`` on a route of its own (a judge is pinned, and pins are

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.config_file import load_config
 from app.embedded.brokers import BrokerKind
 from app.embedded.child_env import child_env
 from app.embedded.stack import WORKER_READY_TIMEOUT_S, EmbeddedStack, WorkerNotReady
+from app.policy.files import load_config
 from app.settings import Settings
 
 if TYPE_CHECKING:

@@ -28,7 +28,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from app.config import GatewayKey, RoutingConfig
 from app.events import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
 from app.gateway.errors import GatewayError, from_dead_letter, invalid, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route
@@ -38,7 +37,8 @@ from app.gateway.translate import request_event
 from app.gateway.waiter import ReplyWaiter
 from app.ingest import accept
 from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security
-from app.policy_log import PolicyFollower
+from app.policy.log import PolicyFollower
+from app.policy.schema import GatewayKey, RoutingConfig
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ the head of the line) with events recalled from the log, until nothing is.
 What the fold may recall is kept in a :class:`Recall` per route: the requests
 on the route's line and the carriers of its parked attempts. Drivers that hold
 the whole log keep them all; the live router bounds what it keeps in memory and
-reads the rest back from the routing topic (:mod:`agents.recall`). Either way the
+reads the rest back from the routing topic (:mod:`app.worker.recall`). Either way the
 events are the log's own, so every driver takes the same steps.
 
 :meth:`Driver.steps` is a generator: it yields each :class:`Want` it cannot

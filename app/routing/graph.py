@@ -1,4 +1,4 @@
-"""Walking a dynamic route (seed 004, :mod:`app.route_graph`): pure and deterministic.
+"""Walking a dynamic route (seed 004, :mod:`app.policy.dynamic_routes`): pure and deterministic.
 
 :func:`walk` follows a validated graph from its start for one request's
 :class:`RequestFacts` and returns the :class:`Path` taken: each node with the exit
@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from app.config import RoutingConfig
 from app.contract.features import Features
 from app.contract.request import ChatRequest
-from app.route_graph import (
+from app.policy.dynamic_routes import (
     SPLIT_BUCKETS,
     Branch,
     BudgetNode,
@@ -38,6 +37,7 @@ from app.route_graph import (
     SplitNode,
     When,
 )
+from app.policy.schema import RoutingConfig
 from app.understanding.domains import DOMAIN_ORDER
 
 #: ``task_type`` of a request in no domain.

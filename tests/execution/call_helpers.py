@@ -11,7 +11,6 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
-from app.config import ModelSpec, ProviderConfig
 from app.events import (
     ChatMessage,
     ChatRequest,
@@ -21,6 +20,7 @@ from app.events import (
     RequestAccepted,
     derived_id,
 )
+from app.policy.schema import ModelSpec, ProviderConfig
 
 KEY = "fake-test-9f3c1d7e-SECRET"
 MODEL = "gpt-4o-mini"

@@ -1,9 +1,9 @@
 """The simulated providers as a judge (issue 10 §6): a judge request gets a parsable score.
 
 A judge request is recognised by its system message, which starts with
-:data:`app.judge.JUDGE_MARKER`. The score is deterministic: drawn from the text being
+:data:`app.grades.judge.JUDGE_MARKER`. The score is deterministic: drawn from the text being
 graded (the simulated answers name the model that gave them, so each model gets its own
-scores), written the way :func:`app.judge.parse_score` reads it.
+scores), written the way :func:`app.grades.judge.parse_score` reads it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.judge import JUDGE_MARKER
+from app.grades.judge import JUDGE_MARKER
 
 
 def is_judge_prompt(messages: Sequence[Any]) -> bool:

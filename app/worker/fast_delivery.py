@@ -18,7 +18,7 @@ consumer's own callback); every other ``wait_first`` is mode's.
 
 Delivering faster made a race in Faust's rebalance recovery frequent: a record
 delivered just before the recovery's last ``flow_control.resume()`` was dropped from
-its buffer and never read again. The worker's flow control (agents/flow_control.py)
+its buffer and never read again. The worker's flow control (app/worker/flow_control.py)
 closes it; tests/test_rebalance.py guards both.
 
 ``switchyard bench record_cost`` measures a record consumed with and without it

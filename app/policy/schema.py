@@ -20,14 +20,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from app.config_access import Budget as Budget
-from app.config_access import Credential as Credential
-from app.config_access import GatewayKey as GatewayKey
-from app.config_auto import AffinityConfig, AutoConfig
 from app.contract.features import DOMAIN_ORDER
 from app.guardrails.config import GuardrailRule as GuardrailRule
 from app.guardrails.config import Guardrails as Guardrails
-from app.route_graph import DynamicRoutes, GraphError
+from app.policy.access import Budget as Budget
+from app.policy.access import Credential as Credential
+from app.policy.access import GatewayKey as GatewayKey
+from app.policy.auto import AffinityConfig, AutoConfig
+from app.policy.dynamic_routes import DynamicRoutes, GraphError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -240,9 +240,9 @@ class RouteConfig(DataRules):
     local_first: LocalFirst | None = None
     #: Issue 10: mean cost per request (USD) the budget pacer holds the route to.
     cost_target_usd: float | None = Field(default=None, gt=0.0)
-    #: Issue 10 §6: the route's built-in judge (app/judge.py), off when absent.
+    #: Issue 10 §6: the route's built-in judge (app/grades/judge.py), off when absent.
     judge: JudgeConfig | None = None
-    #: Issue 14: ``model: "auto"`` on this route (app/config_auto.py), off when absent.
+    #: Issue 14: ``model: "auto"`` on this route (app/policy/auto.py), off when absent.
     auto: AutoConfig | None = None
     #: Issue 14: cache/session affinity settings (absent: the defaults, affinity on).
     affinity: AffinityConfig | None = None
@@ -307,7 +307,7 @@ class RoutingConfig(BaseModel):
     guardrails: Guardrails = Field(default_factory=Guardrails)
     #: Issue 13 §3: spending limits, each folded in a ledger of its own.
     budgets: list[Budget] = Field(default_factory=list)
-    #: Issue 13 §2 (seed 004): graphs bound to tenants and API keys (app/route_graph.py).
+    #: Issue 13 §2 (seed 004): graphs bound to tenants and API keys (app/policy/dynamic_routes.py).
     dynamic_routes: DynamicRoutes = Field(default_factory=lambda: DynamicRoutes({}))
     #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
     gateway_keys: list[GatewayKey] = Field(default_factory=list)
@@ -472,7 +472,7 @@ def _describe(error: ValidationError) -> str:
 def parse_config(data: Any, env: Mapping[str, str] | None = None) -> RoutingConfig:
     """The config ``data`` describes, its ``${NAME}`` references resolved from ``env``
     (None: no environment, a reference is an error). The process environment is read
-    only where a file is loaded (:func:`app.config_file.load_config`)."""
+    only where a file is loaded (:func:`app.policy.files.load_config`)."""
     if not isinstance(data, dict):
         raise ConfigError("providers file must be a mapping with a 'providers' list")
     resolved = _interpolate(data, "", {} if env is None else env)

@@ -1,0 +1,15 @@
+"""The worker's runtime under the agents: Faust patches and broker plumbing.
+
+* Faust, patched: :mod:`~app.worker.fast_delivery` (a record to its stream without
+  four tasks), :mod:`~app.worker.flow_control` (no records dropped on a resume),
+  :mod:`~app.worker.quiet_monitor` (no per-record bookkeeping),
+  :mod:`~app.worker.seek_start` (a partition nobody committed read from its start).
+* The broker: :mod:`~app.worker.acks` (acks in offset order),
+  :mod:`~app.worker.local_log` (records this worker wrote, folded before the broker
+  delivers them), :mod:`~app.worker.recall` (reading the routing log back),
+  :mod:`~app.worker.transactions` (exactly-once writers).
+* :mod:`~app.worker.observe`: the worker's sensor and collectors for the dashboard.
+
+Nothing here knows a route or a request: the agents (``agents/``) bind topics to the
+routing, execution and grading services and use these.
+"""
