@@ -28,21 +28,63 @@ the first ``resume_after`` characters of the text and sends what follows, so wha
 client reads after the cut continues what it had, byte for byte, across a failover too.
 A resumed stream that carries a tool call or a refusal ends with an error event (its
 answer is fetched whole, ``GET /v1/chat/completions/{id}``).
+
+What the client gets is decided here; how it is written is a :class:`Frames`: OpenAI's
+chunks (app/gateway/chunks.py, the default) or another API's events (Anthropic's
+Messages, app/gateway/anthropic/), so every format shares the commit, failover and
+resume logic.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.events import Response, StreamDelta
 from app.gateway import shape
+from app.gateway.chunks import STREAM_INTERRUPTED as STREAM_INTERRUPTED
+from app.gateway.chunks import ChatChunks
 from app.gateway.errors import GatewayError, from_error_body, invalid, no_answer_in_time
 
-#: The error event's ``code`` when the stream the client saw cannot end as an answer.
-STREAM_INTERRUPTED = "stream_interrupted"
 #: Why a resumed stream cannot go on.
 NOT_RESUMABLE = "a stream with a tool call or a refusal cannot be resumed"
+
+
+class Frames(Protocol):
+    """How a relayed stream is written: the server-sent events of one API. ``pos``: the
+    characters of the answer's text the client has once it got the event (its ``id:``)."""
+
+    def begin(self, model: str) -> list[bytes]:
+        """The stream's opening, once committed to a call of ``model``."""
+        ...
+
+    def rename(self, model: str) -> None:
+        """Another deployment's model goes on with the stream (a failover)."""
+        ...
+
+    def adopt(self, response: Response) -> None:
+        """A resumed stream is written as ``response`` (its whole answer) names it."""
+        ...
+
+    def text(self, text: str, pos: int) -> list[bytes]: ...
+
+    def tool_calls(self, calls: list[dict[str, Any]], pos: int) -> list[bytes]:
+        """OpenAI ``tool_calls`` delta entries (with ``index``)."""
+        ...
+
+    def refusal(self, refusal: str, pos: int) -> list[bytes]: ...
+
+    def finish(self, finish_reason: str | None, usage: Any, pos: int) -> list[bytes]:
+        """The end of a stream that is the answer (OpenAI's finish reason and usage)."""
+        ...
+
+    def error(self, message: str, pos: int) -> bytes:
+        """The event that ends a stream that cannot end as an answer."""
+        ...
+
+    def whole(self, response: Response) -> tuple[list[bytes], int]:
+        """An answer that came whole (no delta before it): its events, its text's length."""
+        ...
 
 
 @dataclass
@@ -59,9 +101,10 @@ class Relay:
     def __init__(
         self,
         request_id: str,
-        include_usage: bool,
-        created: int,
+        include_usage: bool = False,
+        created: int = 0,
         resume_after: int | None = None,
+        frames: Frames | None = None,
     ) -> None:
         self.request_id = request_id
         #: A resumed stream: the characters of text the client already has.
@@ -69,15 +112,14 @@ class Relay:
         #: Characters of the answer's text relayed so far (held back ones included): the
         #: ``id:`` of the events.
         self._pos = 0
-        self.include_usage = include_usage
-        self.created = created
+        #: How the stream is written (default: OpenAI's chunks).
+        self.out: Frames = frames or ChatChunks(request_id, include_usage, created)
         #: (attempt, call id) of the call the client sees, once committed.
         self.call: tuple[int, str] | None = None
         self.done = False
         self._next_seq = 0
         self._sent: list[str] = []
         self._sent_other = False  # tool calls or refusal sent
-        self._base: dict[str, Any] = {}
         #: The committed call's stream broke: the next attempt's call that goes on
         #: from the text sent is followed instead (mid-stream failover).
         self._resuming = False
@@ -92,8 +134,7 @@ class Relay:
         if self._resuming and self._continues(item):
             self._resuming = False
             self.call, self._next_seq = (item.attempt, item.call_id), 0
-            model = item.deployment.partition(":")[2] or item.deployment
-            self._base = {**self._base, "model": model}
+            self.out.rename(item.deployment.partition(":")[2] or item.deployment)
         if (item.attempt, item.call_id) != self.call or item.seq < self._next_seq:
             return Step()  # another call, or a copy already sent
         return Step(frames=self._frames(item))
@@ -108,13 +149,7 @@ class Relay:
 
     def _commit(self, delta: StreamDelta) -> Step:
         self.call = (delta.attempt, delta.call_id)
-        model = delta.deployment.partition(":")[2] or delta.deployment
-        self._base = {
-            "id": f"chatcmpl-{self.request_id}",
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": model,
-        }
+        opening = self.out.begin(delta.deployment.partition(":")[2] or delta.deployment)
         headers = {
             "x-switchyard-request-id": self.request_id,
             "x-switchyard-deployment": delta.deployment,
@@ -122,8 +157,7 @@ class Relay:
         }
         if self.resume_after is not None:  # the client has the role chunk already
             return Step(headers=headers, frames=self._frames(delta))
-        role = self._chunk({"role": "assistant", "content": ""})
-        return Step(headers=headers, frames=[role, *self._frames(delta)])
+        return Step(headers=headers, frames=[*opening, *self._frames(delta)])
 
     def _frames(self, delta: StreamDelta) -> list[bytes]:
         self._next_seq = delta.seq + 1
@@ -134,9 +168,9 @@ class Relay:
         if self.resume_after is not None and (delta.tool_calls or delta.refusal):
             return [*frames, self._error_frame(NOT_RESUMABLE)]
         if delta.tool_calls:
-            frames.append(self._chunk({"tool_calls": delta.tool_calls}))
+            frames += self.out.tool_calls(delta.tool_calls, self._pos)
         if delta.refusal:
-            frames.append(self._chunk({"refusal": delta.refusal}))
+            frames += self.out.refusal(delta.refusal, self._pos)
         self._sent_other = self._sent_other or bool(delta.tool_calls or delta.refusal)
         if delta.end == "ok":
             frames += self._finish(delta.finish_reason, delta.usage)
@@ -172,7 +206,7 @@ class Relay:
             why = why or (response.error.message if response.error else "error")
             return Step(frames=[self._error_frame(why)])
         if self._resuming and response.deployment:  # another call answered: name it
-            self._base["model"] = response.deployment.partition(":")[2] or response.deployment
+            self.out.rename(response.deployment.partition(":")[2] or response.deployment)
         completion = shape.completion_of(response)
         first = (completion.get("choices") or [{}])[0]
         message = first.get("message") or {}
@@ -180,7 +214,7 @@ class Relay:
         if self.resume_after is not None and (message.get("tool_calls") or message.get("refusal")):
             return Step(frames=[*frames, self._error_frame(NOT_RESUMABLE)])
         for index, call in enumerate(message.get("tool_calls") or []):
-            frames.append(self._chunk({"tool_calls": [{"index": index, **call}]}))
+            frames += self.out.tool_calls([{"index": index, **call}], self._pos)
         return Step(
             frames=frames + self._finish(first.get("finish_reason"), completion.get("usage"))
         )
@@ -202,19 +236,10 @@ class Relay:
         its text after what the client has, then the end)."""
         headers = shape.headers_of(response)
         if self.resume_after is None:
-            frames = []
-            for chunk in shape.stream_chunks(response, self.include_usage):
-                for choice in chunk.get("choices") or []:
-                    self._pos += len(shape.text_of((choice.get("delta") or {}).get("content")))
-                frames.append(shape.sse(chunk, self._pos))
-            return Step(headers=headers, frames=[*frames, shape.sse("[DONE]", self._pos)])
+            frames, self._pos = self.out.whole(response)
+            return Step(headers=headers, frames=frames)
         completion = shape.completion_of(response)
-        self._base = {
-            "id": completion["id"],
-            "object": "chat.completion.chunk",
-            "created": completion.get("created", self.created),
-            "model": completion["model"],
-        }
+        self.out.adopt(response)
         first = (completion.get("choices") or [{}])[0]
         message = first.get("message") or {}
         text = shape.text_of(message.get("content"))
@@ -234,17 +259,14 @@ class Relay:
         held = self.resume_after or 0
         if self._pos <= held:
             return []
-        return [self._chunk({"content": text[max(0, held - start) :]})]
+        return self.out.text(text[max(0, held - start) :], self._pos)
 
     def _finish(self, finish_reason: str | None, usage: Any) -> list[bytes]:
         self.done = True
         if self.resume_after is not None and self._pos < self.resume_after:
             why = beyond_the_answer(self.resume_after, self._pos).message
             return [self._error_frame(why)]
-        frames = [self._chunk({}, finish_reason or "stop")]
-        if self.include_usage:
-            frames.append(shape.sse({**self._base, "choices": [], "usage": usage}, self._pos))
-        return [*frames, shape.sse("[DONE]", self._pos)]
+        return self.out.finish(finish_reason, usage, self._pos)
 
     def _error_frame(self, why: str) -> bytes:
         self.done = True
@@ -252,12 +274,7 @@ class Relay:
             f"the stream was interrupted: {why}; the request goes on in the log, its answer "
             f"at GET /v1/switchyard/requests/{self.request_id}"
         )
-        error = {"message": message, "type": "server_error", "param": None}
-        return shape.sse({"error": {**error, "code": STREAM_INTERRUPTED}}, self._pos)
-
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return shape.sse({**self._base, "choices": [choice]}, self._pos)
+        return self.out.error(message, self._pos)
 
 
 def beyond_the_answer(resume_after: int, length: int) -> GatewayError:
