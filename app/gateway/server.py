@@ -4,8 +4,6 @@ app/gateway/resume.py). Bodies and keys are never logged."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -20,7 +18,7 @@ from app.gateway.relay import Relay
 from app.gateway.resume import asked_id, last_event_id
 from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import wants_stream
-from app.ingest import read_json
+from app.gateway.wire import read_body, relay_stream
 from app.policy.schema import GatewayKey
 
 log = logging.getLogger(__name__)
@@ -73,10 +71,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if asked is None:
             message = f"{LAST_EVENT_ID} resumes a stream: name it by its {REQUEST_ID_HEADER}"
             raise invalid(message, "missing_request_id")
-        body = await _read_body(request, gateway) if request.can_read_body else {}
+        body = await read_body(request, gateway.settings) if request.can_read_body else {}
         return await _resume(request, gateway, key, asked, last, _include_usage(body))
     gateway.check_room()
-    body = await _read_body(request, gateway)
+    body = await read_body(request, gateway.settings)
     prepared = gateway.prepare(body, key, request.headers.get(REQUEST_ID_HEADER))
     stream, include_usage = wants_stream(body)
     if stream:
@@ -89,21 +87,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return web.json_response(shape.completion_of(response), headers=shape.headers_of(response))
 
 
-async def _read_body(request: web.Request, gateway: Gateway) -> Any:
-    limit = gateway.settings.max_request_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise GatewayError(413, f"body of {request.content_length} bytes > {limit}", "oversized")
-    try:
-        raw = await asyncio.wait_for(request.read(), gateway.settings.gateway_body_timeout_s)
-    except TimeoutError:
-        raise GatewayError(408, "the body did not arrive in time", "body_timeout") from None
-    settings = gateway.settings
-    data, problem = read_json(raw, settings.max_int_digits, settings.max_json_depth)
-    if problem is not None:
-        raise invalid(f"{problem[0]}: {problem[1]}", problem[0])
-    return data
-
-
 async def _stream_live(
     request: web.Request, gateway: Gateway, prepared: Prepared, include_usage: bool
 ) -> web.StreamResponse:
@@ -114,7 +97,7 @@ async def _stream_live(
     complete in the log.
     """
     relay = Relay(prepared.request_id, include_usage, int(time.time()))
-    return await _relay(request, gateway, relay, gateway.stream_items(prepared))
+    return await relay_stream(request, relay, gateway.stream_items(prepared), gateway.wait_s)
 
 
 def _include_usage(body: Any) -> bool:
@@ -148,60 +131,12 @@ async def _resume(
     relay = Relay(request_id, include_usage, int(time.time()), resume_after=resume_after)
     found = await gateway.find(request_id)
     if found is not None:
-        return await _relay(request, gateway, relay, _one(found))
-    return await _relay(request, gateway, relay, gateway.resume_items(record))
+        return await relay_stream(request, relay, _one(found), gateway.wait_s)
+    return await relay_stream(request, relay, gateway.resume_items(record), gateway.wait_s)
 
 
 async def _one(response: Response) -> AsyncGenerator[StreamDelta | Response | None, None]:
     yield response
-
-
-async def _relay(
-    request: web.Request,
-    gateway: Gateway,
-    relay: Relay,
-    stream: AsyncGenerator[StreamDelta | Response | None, None],
-) -> web.StreamResponse:
-    reply: web.StreamResponse | None = None
-    async with contextlib.aclosing(stream) as items:
-        async for item in items:
-            step = relay.take(item) if item is not None else relay.timed_out(gateway.wait_s)
-            if step.error is not None:
-                raise step.error
-            if step.headers is not None:
-                reply = await _open_stream(request, step.headers)
-            if reply is not None and not await _write(reply, step.frames):
-                return reply  # the client went away; the request goes on in the log
-            if relay.done:
-                break
-    if reply is None:
-        raise GatewayError(500, "the stream ended before it started", "internal_error")
-    with contextlib.suppress(ConnectionError):
-        await reply.write_eof()
-    return reply
-
-
-async def _open_stream(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
-    reply = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **headers,
-        }
-    )
-    await reply.prepare(request)
-    return reply
-
-
-async def _write(reply: web.StreamResponse, frames: list[bytes]) -> bool:
-    """Write ``frames``; False when the client has gone away."""
-    try:
-        for frame in frames:
-            await reply.write(frame)
-    except ConnectionError:
-        return False
-    return True
 
 
 async def models(request: web.Request) -> web.Response:
