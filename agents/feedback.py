@@ -4,8 +4,8 @@ Two agents and a timer:
 
 * ``feedback_intake`` reads ``llm.feedback`` (keyed as the producer likes) and
   validates each record (:func:`app.grades.intake.accept_feedback`): a bad one goes to
-  ``llm.deadletter`` with its reason, as ingest does (no record stops it; only the
-  broker's own errors are raised); a valid one is re-keyed by request id onto the
+  ``llm.deadletter`` with its reason, by the rule ingest follows too
+  (:func:`app.worker.intake.take_one`); a valid one is re-keyed by request id onto the
   internal matching topic. Unknown fields are dropped there: no free text goes on.
 * ``match_feedback`` reads ``llm.outcomes`` and the matching topic (both keyed by
   request id, co-partitioned with the answers table, tables/answers.py) and is the
@@ -32,13 +32,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
-from aiokafka.errors import KafkaError
 from faust import StreamT
 from faust.types import EventT
 from pydantic import ValidationError
 
 from agents.app import app, deadletter_topic, routing_log, settings
-from agents.ingest import SIZE_ERRORS, log_time, position_of, where
 from app.events import (
     DeadLetter,
     FeedbackAccepted,
@@ -50,6 +48,7 @@ from app.events import (
 from app.grades.intake import FEEDBACK, accept_feedback
 from app.grades.matching import MatchStep, Unmatched, on_feedback, on_outcome, on_sweep
 from app.ingest import dead_letter
+from app.worker.intake import log_time, position_of, take_one, where
 from tables.answers import (
     delete_answer,
     delete_index,
@@ -84,31 +83,34 @@ async def feedback_intake(stream: StreamT[bytes]) -> None:
 
 async def intake_one(raw: bytes | None, source: LogPosition, when: datetime) -> None:
     """Forward one feedback record, or dead-letter it. Raises only for the broker."""
-    raw = raw or b""
-    try:
-        result = accept_feedback(
-            raw,
-            source,
-            when,
-            max_bytes=settings.feedback_max_bytes,
-            deadletter_max_bytes=settings.deadletter_max_bytes,
-            max_json_depth=settings.max_json_depth,
-            max_int_digits=settings.max_int_digits,
-        )
-        if not isinstance(result, DeadLetter):
-            key = result.feedback.request_id.encode()
-            await matching_topic.send(key=key, value=result.model_dump_json())
-            FEEDBACK.labels(result="accepted").inc()
-            return
-    except Exception as exc:  # one record never stops the intake
-        if isinstance(exc, KafkaError) and not isinstance(exc, SIZE_ERRORS):
-            raise
-        reason = "oversized" if isinstance(exc, SIZE_ERRORS) else "internal"
-        log.warning("feedback %s: %s (%s)", where(source), reason, type(exc).__name__)
-        result = dead_letter(
-            reason, type(exc).__name__, raw, source, when, settings.deadletter_max_bytes
-        )
-    await _publish_dead_letter(result)
+    await take_one(
+        raw or b"",
+        source,
+        when,
+        validate=_accept,
+        forward=_forward,
+        reject=_publish_dead_letter,
+        deadletter_max_bytes=settings.deadletter_max_bytes,
+        what="feedback",
+    )
+
+
+def _accept(raw: bytes, source: LogPosition, when: datetime) -> FeedbackAccepted | DeadLetter:
+    return accept_feedback(
+        raw,
+        source,
+        when,
+        max_bytes=settings.feedback_max_bytes,
+        deadletter_max_bytes=settings.deadletter_max_bytes,
+        max_json_depth=settings.max_json_depth,
+        max_int_digits=settings.max_int_digits,
+    )
+
+
+async def _forward(accepted: FeedbackAccepted) -> None:
+    key = accepted.feedback.request_id.encode()
+    await matching_topic.send(key=key, value=accepted.model_dump_json())
+    FEEDBACK.labels(result="accepted").inc()
 
 
 async def _publish_dead_letter(letter: DeadLetter) -> None:

@@ -1,12 +1,8 @@
 """Ingest: validate each ``llm.requests`` record; accept it or dead-letter it.
 
-No record stops ingest. Whatever one record makes go wrong while it is read,
-accepted, serialised or forwarded ends as a dead letter with a reason and the
-original bytes (``internal`` for the unforeseen, ``oversized`` when the producer
-refuses the record's size); only the broker's own trouble (an ``aiokafka``
-error that is not about the record's size) is raised, so that the record is read
-again rather than lost. Log lines about a record name its reason and position,
-never its content.
+No record stops ingest (:func:`app.worker.intake.take_one`, the rule every input
+topic's agent follows): a record that is not a valid request ends as a dead letter
+with a reason and the original bytes; only the broker's own trouble is raised.
 
 A record is acked once the broker has what ingest sent for it (the accepted request,
 or the dead letter), in offset order (:mod:`app.worker.acks`): a send that fails for a
@@ -26,9 +22,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, cast
 
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 from faust import StreamT
-from faust.types import EventT
 
 from agents import replies
 from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
@@ -37,26 +31,9 @@ from app.events import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept, dead_letter, encode_accepted, refusal_reply
 from app.policy.holder import policy_holder
 from app.worker.acks import InOrderAcks
+from app.worker.intake import failure_reason, log_time, position_of, take_one, where
 
 log = logging.getLogger(__name__)
-
-#: Producer errors about the record itself: dead-lettered as ``oversized``.
-SIZE_ERRORS = (MessageSizeTooLargeError, RecordTooLargeError)
-
-
-def position_of(event: EventT[bytes]) -> LogPosition:
-    message = event.message
-    return LogPosition(topic=message.topic, partition=message.partition, offset=message.offset)
-
-
-def log_time(event: EventT[bytes]) -> datetime:
-    """The record's log timestamp: the only clock a request brings."""
-    return datetime.fromtimestamp(event.message.timestamp, tz=UTC)
-
-
-def where(source: LogPosition) -> str:
-    return f"{source.topic}/{source.partition}@{source.offset}"
-
 
 #: Acks and dead letters under way (a reference each, until done).
 _pending: set[asyncio.Future[Any]] = set()
@@ -90,7 +67,7 @@ def _delivered(acks: InOrderAcks, event: Any, sent: asyncio.Future[Any]) -> None
 
 async def _dead_letter_instead(acks: InOrderAcks, event: Any, problem: BaseException) -> None:
     source = position_of(event)
-    reason = "oversized" if isinstance(problem, SIZE_ERRORS) else "internal"
+    reason = failure_reason(problem)
     log.warning("record %s: %s (%s, after the send)", where(source), reason, type(problem).__name__)
     letter = _dead_letter(
         reason, type(problem).__name__, event.value or b"", source, log_time(event)
@@ -113,28 +90,28 @@ async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> 
     """Forward one record to the routing log, or dead-letter it; the delivery of what was
     sent. Raises only for the broker."""
     raw = raw or b""
-    try:
-        rejected = await _forward(raw, source, when)
-    except Exception as exc:  # one record never stops ingest
-        if isinstance(exc, KafkaError) and not isinstance(exc, SIZE_ERRORS):
-            raise  # the broker's trouble, not the record's: read it again after the restart
-        reason = "oversized" if isinstance(exc, SIZE_ERRORS) else "internal"
-        log.warning("record %s: %s (%s)", where(source), reason, type(exc).__name__)
-        rejected = _dead_letter(reason, type(exc).__name__, raw, source, when)
-    if not isinstance(rejected, DeadLetter):
-        return rejected
-    sent = await _publish_dead_letter(rejected)
-    reply = refusal_reply(raw, rejected, settings.max_request_bytes)
-    if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
-        replies.send_response(*reply)
-    return sent
+
+    async def reject(letter: DeadLetter) -> asyncio.Future[Any]:
+        sent = await _publish_dead_letter(letter)
+        reply = refusal_reply(raw, letter, settings.max_request_bytes)
+        if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
+            replies.send_response(*reply)
+        return sent
+
+    return await take_one(
+        raw,
+        source,
+        when,
+        validate=_accept,
+        forward=partial(_send_accepted, raw=raw),
+        reject=reject,
+        deadletter_max_bytes=settings.deadletter_max_bytes,
+        what="record",
+    )
 
 
-async def _forward(
-    raw: bytes, source: LogPosition, when: datetime
-) -> DeadLetter | asyncio.Future[Any]:
-    """Send the record on when it is accepted; the dead letter when it is not."""
-    result = accept(
+def _accept(raw: bytes, source: LogPosition, when: datetime) -> RequestAccepted | DeadLetter:
+    return accept(
         raw,
         source,
         when,
@@ -144,9 +121,6 @@ async def _forward(
         max_json_depth=settings.max_json_depth,
         max_int_digits=settings.max_int_digits,
     )
-    if isinstance(result, DeadLetter):
-        return result
-    return await _send_accepted(result, raw)
 
 
 async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | asyncio.Future[Any]:

@@ -21,7 +21,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from agents import exactly_once, handoff
 from agents.app import app, deadletter_topic, routing_log, routing_topic, settings
-from agents.ingest import log_time, position_of
 from agents.route_pipeline import Pipeline, SendFailed
 from app import metrics
 from app.events import RouteTick, RoutingLogEvent, derived_id
@@ -29,6 +28,7 @@ from app.ingest import dead_letter
 from app.policy.holder import policy_holder
 from app.routing.state import RouteState
 from app.worker.acks import InOrderAcks
+from app.worker.intake import log_time, position_of
 from app.worker.local_log import LocalLog
 
 log = logging.getLogger(__name__)
