@@ -152,6 +152,7 @@ def test_request_event_carries_what_the_contract_knows() -> None:
         "tools": [{"type": "function", "function": {"name": "f"}}],
         "tool_choice": "auto",
         "response_format": {"type": "json_object"},
+        "stop": ["END"],
         "user": "u-7",
         "metadata": {"app": "x"},
         "provider": {"only": ["a"]},
@@ -164,6 +165,7 @@ def test_request_event_carries_what_the_contract_knows() -> None:
     assert event["max_tokens"] == 9 and event["metadata"] == {"app": "x", "user": "u-7"}
     assert event["reply_to"] == {"topic": "switchyard.replies", "partition": 3}
     assert event["tools"] == body["tools"] and event["provider"] == {"only": ["a"]}
+    assert event["stop"] == ["END"]
     assert event["stream"] is True  # the executor publishes the answer's deltas
     assert "stream" not in request_event({**body, "stream": False}, "rid", None, REPLY)
     # The key's name (never the key) goes with the request: its budget and route apply;

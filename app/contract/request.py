@@ -6,6 +6,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+#: A stop sequence: where the provider stops writing.
+StopText = Annotated[str, Field(min_length=1)]
+
 
 class ChatMessage(BaseModel):
     """One OpenAI chat message. Extra keys (name, tool_calls ...) pass through."""
@@ -96,6 +99,9 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    #: OpenAI's ``stop`` (the Anthropic Messages API's ``stop_sequences``): where the
+    #: provider stops writing, passed to it as is.
+    stop: StopText | list[StopText] | None = None
     #: Set by the gateway: where it waits for the response (a copy is sent there).
     reply_to: ReplyTo | None = None
     #: ``stream: true``: the executor streams from the provider and publishes the answer's

@@ -26,6 +26,7 @@ from typing import Any, Final
 import httpx
 
 from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
+from app.execution.cache_marks import without_cache_marks
 from app.execution.limits import CallLimits
 from app.execution.outcome import CallResult as CallResult  # what call_provider returns
 from app.execution.refusals import POLICY_FINISH_REASONS, refusal_of
@@ -82,7 +83,7 @@ async def call_provider(
             client.stream(
                 "POST",
                 chat_completions_url(provider.base_url),
-                json=request_body(model, request, logprobs),
+                json=request_body(model, request, logprobs, cache_control=provider.cache_control),
                 headers=auth_headers(key),
                 timeout=timeout_s,
             ) as response,
@@ -104,8 +105,11 @@ def chat_completions_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/chat/completions"
 
 
-def request_body(model: str, request: ChatRequest, logprobs: bool = False) -> dict[str, Any]:
-    """The OpenAI request body: the deployment's model, the request's messages and knobs."""
+def request_body(
+    model: str, request: ChatRequest, logprobs: bool = False, *, cache_control: bool = False
+) -> dict[str, Any]:
+    """The OpenAI request body: the deployment's model, the request's messages and knobs;
+    prompt-cache marks only for a provider that takes them (``cache_control``)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in request.messages],
@@ -119,11 +123,11 @@ def request_body(model: str, request: ChatRequest, logprobs: bool = False) -> di
         body["max_tokens"] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
-    for name in ("tools", "tool_choice", "response_format"):  # passed through as is
+    for name in ("tools", "tool_choice", "response_format", "stop"):  # passed through as is
         value = getattr(request, name)
         if value is not None:
             body[name] = value
-    return body
+    return body if cache_control else without_cache_marks(body)
 
 
 def auth_headers(key: str) -> dict[str, str]:

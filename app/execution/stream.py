@@ -147,7 +147,7 @@ async def stream_provider(
             StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
         )
     body = {
-        **request_body(model, request),
+        **request_body(model, request, cache_control=provider.cache_control),
         "stream": True,
         "stream_options": {"include_usage": True},
     }

@@ -3,7 +3,7 @@
 What the event contract knows is carried over: ``model`` (a route alias, a
 ``provider:model`` pin, a ``:nitro``/``:floor`` suffix), ``messages``,
 ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``tools``,
-``tool_choice``, ``response_format``, ``session_id``, ``metadata``, ``provider``
+``tool_choice``, ``response_format``, ``stop``, ``session_id``, ``metadata``, ``provider``
 preferences and ``routing``. ``user`` becomes ``metadata.user``; ``stream: true`` asks
 the executor for the answer's deltas. The tenant is the API key's, never the body's;
 the request id is the gateway's; ``reply_to`` names the gateway's replies partition
@@ -25,6 +25,7 @@ PASSED: tuple[str, ...] = (
     "tools",
     "tool_choice",
     "response_format",
+    "stop",
     "session_id",
     "provider",
     "routing",

@@ -106,6 +106,10 @@ class ProviderConfig(BaseModel):
     #: has; elsewhere (false) the answer restarts and only what follows that text is
     #: sent. A deployment that answers a prefill with a 400 is then restarted too.
     prefill: bool = False
+    #: Whether the provider takes prompt-cache marks (Anthropic's ``cache_control``) on
+    #: content parts, messages and tools in the OpenAI format, as OpenRouter and LiteLLM's
+    #: proxy do; they are taken out of the body for any other (app/execution/cache_marks.py).
+    cache_control: bool = False
     #: Data policy (app/routing/data_policy.py): where the deployment processes requests
     #: (a region name such as ``eu``), how long it keeps them (``none``, or days), whether
     #: it trains on them, and the certifications it holds. Undeclared: unknown, which no

@@ -204,3 +204,29 @@ async def test_400_is_a_client_error_not_retried(
     assert result.retry_after_s is None
     assert not is_retriable(result.status_class, result.http_status)
     assert is_final(dispatch(attempt=1, max_attempts=3), result)
+
+
+def test_request_body_passes_stop_and_cache_marks_only_to_a_provider_that_takes_them() -> None:
+    mark = {"type": "ephemeral"}
+    request = ChatRequest(
+        request_id="r",
+        messages=[
+            ChatMessage(
+                role="system", content=[{"type": "text", "text": "be brief", "cache_control": mark}]
+            ),
+            ChatMessage(role="user", content="hi", cache_control=mark),  # type: ignore[call-arg]
+        ],
+        tools=[{"type": "function", "function": {"name": "f"}, "cache_control": mark}],
+        stop=["END", "STOP"],
+    )
+    kept = request_body("m", request, cache_control=True)
+    assert kept["stop"] == ["END", "STOP"]
+    assert kept["messages"][0]["content"][0]["cache_control"] == mark
+    assert kept["messages"][1]["cache_control"] == mark
+    assert kept["tools"][0]["cache_control"] == mark
+    plain = request_body("m", request)
+    assert plain["stop"] == ["END", "STOP"]
+    assert "cache_control" not in repr(plain)
+    assert plain["messages"][0]["content"] == [{"type": "text", "text": "be brief"}]
+    assert plain["tools"] == [{"type": "function", "function": {"name": "f"}}]
+    assert request.messages[1].model_dump()["cache_control"] == mark  # the request unchanged
