@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.contract.turn import Turn
+
 #: A stop sequence: where the provider stops writing.
 StopText = Annotated[str, Field(min_length=1)]
 
@@ -107,6 +109,9 @@ class ChatRequest(BaseModel):
     #: ``stream: true``: the executor streams from the provider and publishes the answer's
     #: pieces as ``response.delta`` events (issue 12), besides the whole answer.
     stream: bool | None = None
+    #: Set by the gateway on a Responses API request (``POST /v1/responses``): its
+    #: conversation's previous turn and where its answer will be (positions, no text).
+    turn: Turn | None = None
 
     @field_validator("request_id")
     @classmethod
