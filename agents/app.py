@@ -25,7 +25,7 @@ from app.embedded.lifetime import exit_after
 from app.kafka import faust_security
 from app.settings import Settings, get_settings
 from app.web_auth import faust_web_options
-from app.worker import fast_delivery, seek_start, transactions
+from app.worker import fast_delivery, read_committed, seek_start
 from app.worker.flow_control import LiveFlowControl
 from app.worker.quiet_monitor import QuietMonitor
 
@@ -39,7 +39,7 @@ def build_app(settings: Settings) -> SwitchyardApp:
     if settings.fast_delivery:
         fast_delivery.install()
     if settings.exactly_once:
-        transactions.read_committed()
+        read_committed.read_committed()
     return SwitchyardApp(
         settings.app_id,
         broker=settings.broker,

@@ -1,7 +1,8 @@
 """Router: the single writer of a route's state. Folds the routing log in order.
 
-Reads the routing topic, folds each event through the pipeline
-(agents/route_pipeline.py: fold, send, write the row once the sends are acknowledged),
+Reads the routing topic, folds each event through the router service's pipeline
+(:mod:`app.router.pipeline`: fold, send, write the row once the sends are acknowledged),
+bound here to the worker's topics and tables,
 and acks events in offset order once a written row includes them (app/worker/acks.py).
 Records this worker wrote are folded once the broker acknowledged them, in log order
 (:mod:`app.worker.local_log`). An unreadable event, or one the fold fails on, is
@@ -19,23 +20,98 @@ from faust import StreamT
 from faust.types import TP, EventT
 from pydantic import TypeAdapter, ValidationError
 
-from agents import exactly_once, handoff
-from agents.app import app, deadletter_topic, routing_log, routing_topic, settings
-from agents.route_pipeline import Pipeline, SendFailed
+from agents import exactly_once, handoff, policy, replies, route_gauges
+from agents.app import (
+    app,
+    deadletter_topic,
+    decisions_topic,
+    responses_topic,
+    routing_log,
+    routing_topic,
+    settings,
+)
+from agents.judge import read_judgement
 from app import metrics
-from app.events import RouteTick, RoutingLogEvent, derived_id
+from app.events import Response, RouteTick, RoutingLogEvent, derived_id
 from app.ingest import dead_letter
+from app.kafka import bootstrap_servers
 from app.policy.holder import policy_holder
+from app.router.pipeline import Pipeline, SendFailed
+from app.router.ports import Outbox, RouterPorts, Transactions
+from app.routing.driver import Driver
 from app.routing.state import RouteState
 from app.worker.acks import InOrderAcks
 from app.worker.intake import log_time, position_of
 from app.worker.local_log import LocalLog
+from app.worker.recall import LogReader
+from app.worker.transactions import TransactionalWriter
+from tables.routing import (
+    changelog_name,
+    keep_route_state,
+    load_route_state,
+    restored_through,
+    row_record,
+    save_route_state,
+)
 
 log = logging.getLogger(__name__)
 _routing_event: TypeAdapter[RoutingLogEvent] = TypeAdapter(RoutingLogEvent)
 
 
-_pipeline = Pipeline()
+def _reply(response: Response) -> None:
+    replies.send_response(response, replies.address_of(response.request_id))
+
+
+async def _refresh_policy() -> None:
+    await policy.follower().refresh()
+
+
+async def _router_writer(partition: int) -> TransactionalWriter:
+    return await exactly_once.router_writers.get(partition)
+
+
+#: The routing log read back (a waiting request, a parked attempt's carrier).
+_reader = LogReader(
+    bootstrap_servers(settings.broker),
+    routing_topic.get_topic_name(),
+    tansu=settings.tansu_compat,
+    read_committed=exactly_once.ON,
+)
+_ports = RouterPorts(
+    load_state=load_route_state,
+    save_state=save_route_state,
+    outbox=Outbox(
+        decisions=decisions_topic,
+        responses=responses_topic,
+        routing_log=routing_log,
+        hand_off=handoff.hand_off,
+        reply=_reply,
+        answered=read_judgement,
+    ),
+    recall=_reader.recall,
+    refresh_policy=_refresh_policy,
+    remember_replies=replies.remember_event,
+    export_gauges=route_gauges.export,
+    batch_max=settings.router_batch_max,
+    flush_interval_s=settings.router_flush_interval_s,
+    transactions=Transactions(
+        writer=_router_writer,
+        changelog=changelog_name,
+        row_record=row_record,
+        keep=keep_route_state,
+        restored_through=restored_through,
+    )
+    if exactly_once.ON
+    else None,
+)
+_pipeline = Pipeline(
+    _ports,
+    Driver(
+        lambda: policy_holder().current,
+        max_recall_bytes=settings.recall_memory_bytes,
+        book=policy_holder().book,
+    ),
+)
 #: The route agent's acks, in offset order per partition (app/worker/acks.py).
 _acks: InOrderAcks | None = None
 #: Records this worker wrote, folded before the broker delivers them (app/worker/local_log.py).
@@ -88,8 +164,7 @@ async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
 
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _stop_reader(sender: Any, *args: Any, **kwargs: Any) -> None:
-    if _pipeline.reader is not None:
-        await _pipeline.reader.stop()
+    await _reader.stop()
 
 
 @app.agent(routing_topic)

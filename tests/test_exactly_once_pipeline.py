@@ -2,7 +2,7 @@
 records and the rows; the local store gets the rows a commit wrote even when a
 rebalance came during the commit; a transaction a rebalance ended acks nothing.
 
-The fakes are tests/test_router_crash.py's; the writer is a fake transaction."""
+The fakes are tests/router_fakes.py's; the writer is a fake transaction."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 from factories import T0, accepted
-from test_router_crash import FakeBroker, wired
+from router_fakes import Wired, wired
 
-import agents.route_pipeline as pipeline
+from app.router.pipeline import SendFailed
+from app.router.ports import Transactions
 from app.routing.state import RouteState
 from app.worker.transactions import NotCommitted
 
-__all__ = ["wired"]  # the fixture, shared with tests/test_router_crash.py
+__all__ = ["wired"]  # the fixture (tests/router_fakes.py)
 
 
 class FakeTransaction:
@@ -55,44 +56,39 @@ class FakeTransaction:
 
 
 @pytest.fixture
-def transaction(
-    monkeypatch: pytest.MonkeyPatch, wired: tuple[FakeBroker, dict[str, RouteState]]
-) -> tuple[FakeTransaction, dict[str, RouteState]]:
-    _, table = wired
+def transaction(wired: Wired) -> tuple[FakeTransaction, dict[str, RouteState], Wired]:
+    table = wired.table
     writer = FakeTransaction()
 
-    async def get(partition: int) -> FakeTransaction:
+    async def get(partition: int) -> Any:
         return writer
 
-    monkeypatch.setattr(pipeline.exactly_once, "ON", True)
-    monkeypatch.setattr(pipeline, "_writer", get)
-    monkeypatch.setattr(pipeline, "changelog_name", lambda: "changelog")
-    monkeypatch.setattr(pipeline, "row_record", lambda route, state: (route.encode(), b"row"))
-    monkeypatch.setattr(
-        pipeline,
-        "keep_route_state",
-        lambda route, state, partition: table.__setitem__(route, state),
+    wired.transactions = Transactions(
+        writer=get,
+        changelog=lambda: "changelog",
+        row_record=lambda route, state: (route.encode(), b"row"),
+        keep=lambda route, state, partition: table.__setitem__(route, state),
+        restored_through=lambda partition, offset: None,
     )
-    monkeypatch.setattr(pipeline, "restored_through", lambda partition, offset: None)
-    return writer, table
+    return writer, table, wired
 
 
 async def test_records_and_rows_are_one_transaction(
-    transaction: tuple[FakeTransaction, dict[str, RouteState]],
+    transaction: tuple[FakeTransaction, dict[str, RouteState], Wired],
 ) -> None:
-    writer, table = transaction
+    writer, table, wired = transaction
     writer.release.set()
-    worker = pipeline.Pipeline()
+    worker = wired.router()
     assert await worker.fold(accepted("r1", T0, offset=0), "ev0", 0) == ["ev0"]
     assert sorted(set(writer.committed)) == ["changelog", "decisions_topic", "dispatch_log"]
     assert table["chat"].position == 0
 
 
 async def test_a_commit_across_a_rebalance_still_writes_its_rows_and_acks_nothing(
-    transaction: tuple[FakeTransaction, dict[str, RouteState]],
+    transaction: tuple[FakeTransaction, dict[str, RouteState], Wired],
 ) -> None:
-    writer, table = transaction
-    worker = pipeline.Pipeline()
+    writer, table, wired = transaction
+    worker = wired.router()
     folding = asyncio.ensure_future(worker.fold(accepted("r1", T0, offset=0), "ev0", 0))
     await asyncio.sleep(0)
     worker.forget()  # a rebalance while the commit is under way
@@ -107,16 +103,16 @@ async def test_a_commit_across_a_rebalance_still_writes_its_rows_and_acks_nothin
 
 
 async def test_a_transaction_a_rebalance_ended_acks_nothing_and_a_failure_stops(
-    transaction: tuple[FakeTransaction, dict[str, RouteState]],
+    transaction: tuple[FakeTransaction, dict[str, RouteState], Wired],
 ) -> None:
-    writer, table = transaction
+    writer, table, wired = transaction
     writer.fail = True
-    worker = pipeline.Pipeline()
+    worker = wired.router()
     folding = asyncio.ensure_future(worker.fold(accepted("r1", T0, offset=0), "ev0", 0))
     await asyncio.sleep(0)
     worker.forget()
     writer.release.set()
     assert await folding == []
     assert "chat" not in table
-    with pytest.raises(pipeline.SendFailed):  # no rebalance: the worker must not go on
-        await pipeline.Pipeline().fold(accepted("r2", T0, offset=1), "ev1", 1)
+    with pytest.raises(SendFailed):  # no rebalance: the worker must not go on
+        await wired.router().fold(accepted("r2", T0, offset=1), "ev1", 1)

@@ -83,3 +83,26 @@ def test_no_import_cycle() -> None:
 
 def test_the_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: Packages that run without Faust: they are given what Faust would provide.
+FAUST_FREE = ("app.router", "app.routing", "app.contract", "app.grades", "app.policy")
+
+
+def test_the_services_under_the_agents_load_no_faust() -> None:
+    """The router service, the core, grades and policy load neither Faust nor the agents
+    or tables (which build the Faust app): a test drives them with fakes."""
+    import subprocess
+    import sys
+
+    modules = sorted(m for m in _modules() if m.startswith(FAUST_FREE))
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(loaded & {'faust', 'mode', 'agents', 'tables'}))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """The router's local log (app/worker/local_log.py): records this worker wrote, folded once
 the broker acknowledged them, never out of the log's order, never twice.
 
-The router-level tests use the fakes of tests/test_router_crash.py: the fold is the
+The router-level tests use the fakes of tests/router_fakes.py: the fold is the
 real one, the broker and the table are not.
 """
 
@@ -15,14 +15,13 @@ import faust
 import pytest
 from factories import T0, accepted, finish
 from faust.streams import _current_event
-from test_router_crash import FakeBroker, wired
+from router_fakes import Wired, wired
 
-import agents.route_pipeline as pipeline
 from app.events import RoutingLogEvent
-from app.routing.state import RouteState
+from app.router.pipeline import Pipeline
 from app.worker.local_log import LocalLog
 
-__all__ = ["wired"]  # the fixture, shared with tests/test_router_crash.py
+__all__ = ["wired"]  # the fixture (tests/router_fakes.py)
 
 
 class Folds:
@@ -47,15 +46,15 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def first_request_folded(broker: FakeBroker, request_id: str) -> pipeline.Pipeline:
+async def first_request_folded(wired: Wired, request_id: str) -> Pipeline:
     """A router whose route's row includes one request, decided and acknowledged (offset 0)."""
-    broker.acknowledge = True
-    worker = pipeline.Pipeline()
+    wired.broker.acknowledge = True
+    worker = wired.router()
     assert await worker.fold(accepted(request_id, T0, offset=0), "ev0", 0) == ["ev0"]
     return worker
 
 
-async def fold_locally(worker: pipeline.Pipeline, event: RoutingLogEvent, offset: int) -> str:
+async def fold_locally(worker: Pipeline, event: RoutingLogEvent, offset: int) -> str:
     """``event``, written by this worker at ``offset`` of partition 0, folded from here."""
     return await worker.fold_local(event, offset, 0, event.model_dump_json().encode())
 
@@ -132,10 +131,10 @@ async def test_the_fold_runs_outside_the_senders_event() -> None:
 
 
 async def test_a_local_fold_decides_before_the_broker_delivers_and_acks_with_the_row(
-    wired: tuple[FakeBroker, dict[str, RouteState]],
+    wired: Wired,
 ) -> None:
-    broker, table = wired
-    worker = await first_request_folded(broker, "first")
+    broker, table = wired.broker, wired.table
+    worker = await first_request_folded(wired, "first")
     assert await fold_locally(worker, accepted("local", T0, offset=1), 1) == "chat"
     # Decided and called at once; nothing written or acked before the broker's copy comes.
     assert [d.decision.request_id for d in broker.launched] == ["first", "local"]
@@ -147,10 +146,10 @@ async def test_a_local_fold_decides_before_the_broker_delivers_and_acks_with_the
 
 
 async def test_a_kill_after_a_local_fold_loses_nothing(
-    wired: tuple[FakeBroker, dict[str, RouteState]],
+    wired: Wired,
 ) -> None:
-    broker, table = wired
-    worker = await first_request_folded(broker, "a")
+    broker, table = wired.broker, wired.table
+    worker = await first_request_folded(wired, "a")
     (dispatch,) = broker.launched
     done = finish("a", dispatch.decision.deployment, T0 + 1)
     broker.acknowledge = False
@@ -160,7 +159,7 @@ async def test_a_kill_after_a_local_fold_loses_nothing(
     broker.kill()
 
     broker.acknowledge = True
-    restarted = pipeline.Pipeline()  # a new process: the copy is folded from the row
+    restarted = wired.router()  # a new process: the copy is folded from the row
     assert await restarted.fold(done, "ev1", 1) == ["ev1"]
     assert [r["request_id"] for r in broker.records("responses_topic")] == ["a"]
     assert table["chat"].position == 1 and table["chat"].open_attempts == {}
@@ -168,10 +167,10 @@ async def test_a_kill_after_a_local_fold_loses_nothing(
 
 @pytest.mark.parametrize("copies_first", [True, False])
 async def test_the_copy_of_a_record_whose_row_is_written_is_acked_at_once(
-    wired: tuple[FakeBroker, dict[str, RouteState]], copies_first: bool
+    wired: Wired, copies_first: bool
 ) -> None:
-    broker, table = wired
-    worker = await first_request_folded(broker, "x")
+    table = wired.table
+    worker = await first_request_folded(wired, "x")
     await fold_locally(worker, accepted("y", T0, offset=1), 1)
     acked: list[Any] = []
     if copies_first:

@@ -10,7 +10,7 @@ that never reached the broker: the redelivered event was skipped, and its respon
 The fold goes through :class:`app.routing.driver.Driver`, the loop every user of the
 fold shares; when it needs an earlier event of the log (a request that waited in the
 line, a parked attempt's carrier) that its bounded memory does not hold, it is read
-back from the routing topic (:mod:`app.worker.recall`).
+back from the routing topic (``RouterPorts.recall``).
 
 Waiting for the broker on every event would tie the router to one round trip per
 event, so the pipeline folds the next event from the newest state in memory while
@@ -23,6 +23,9 @@ same derived-id records again (consumers drop duplicates by id).
 Exactly-once (app/worker/transactions.py): the sends go into the routing partition's
 transaction instead, the rows' changelog records join it, and the rows reach the local
 store once it is committed.
+
+Nothing here knows Faust or the broker: the rows, topics, log and policy are the
+:class:`~app.router.ports.RouterPorts` it is given.
 """
 
 from __future__ import annotations
@@ -35,26 +38,14 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from agents import exactly_once, handoff, policy, replies, route_gauges
-from agents.app import decisions_topic, responses_topic, routing_log, routing_topic, settings
-from agents.judge import read_judgement
 from app import metrics
 from app.events import AttemptFinished, RoutingLogEvent, route_of
-from app.kafka import bootstrap_servers
-from app.policy.holder import policy_holder
+from app.router.outbox import publish
+from app.router.ports import RouterPorts
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
 from app.routing.state import RouteState
-from app.worker.recall import LogReader
 from app.worker.transactions import NotCommitted, Sender, TransactionalWriter, direct
-from tables.routing import (
-    changelog_name,
-    keep_route_state,
-    load_route_state,
-    restored_through,
-    row_record,
-    save_route_state,
-)
 
 log = logging.getLogger(__name__)
 
@@ -73,26 +64,19 @@ class _Folded:
     sends: list[asyncio.Future[Any]]
 
 
-def _policy() -> Any:
-    return policy_holder().current
-
-
 @dataclass
 class Pipeline:
     """Per route: the newest folded state, and the folded events waiting for their row."""
 
+    ports: RouterPorts
+    #: The fold's loop, with its recall memory and policy versions.
+    driver: Driver
     latest: dict[str, RouteState] = field(default_factory=dict)
     unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
     #: The routing partition of each route with unwritten events.
     partition_of: dict[str, int] = field(default_factory=dict)
     #: When rows of each partition were last written (monotonic seconds).
     written_at: dict[int, float] = field(default_factory=dict)
-    driver: Driver = field(
-        default_factory=lambda: Driver(
-            _policy, max_recall_bytes=settings.recall_memory_bytes, book=policy_holder().book
-        )
-    )
-    reader: LogReader | None = None
     #: Counts the rebalances (each :meth:`forget`): a commit under way across one acks nothing.
     generation: int = 0
     #: Exactly-once: when each partition's oldest uncommitted event was folded (monotonic).
@@ -100,7 +84,7 @@ class Pipeline:
 
     def state(self, route_name: str) -> RouteState:
         latest = self.latest.get(route_name)
-        return latest if latest is not None else load_route_state(route_name)
+        return latest if latest is not None else self.ports.load_state(route_name)
 
     async def fold(
         self,
@@ -154,33 +138,33 @@ class Pipeline:
         except UnknownPolicyVersion:
             # A route handed over by a rebalance names a version this worker's follower
             # has not read yet: read the policy topic, then fold.
-            await policy.follower().refresh()
+            await self.ports.refresh_policy()
             step = await self._drive(
                 self.driver.steps(parsed, offset, raw), route_name, partition, offset
             )
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
-        replies.remember_event(parsed, step.dispatches)  # reply addresses, for errors
+        self.ports.remember_replies(parsed, step.dispatches)  # reply addresses, for errors
         send: Sender = direct
-        if exactly_once.ON:
-            send = (await _writer(partition)).sender()
-        sends = await _publish(step, _answered(parsed), send)
+        if self.ports.transactions is not None:
+            send = (await self._writer(partition)).sender()
+        sends = await publish(step, self.ports.outbox, send, _answered(parsed))
         self.latest[route_name] = step.state
         self.partition_of[route_name] = partition
-        self.pending_since.setdefault(partition, time.monotonic())
+        self.pending_since.setdefault(partition, self.ports.monotonic())
         self.unwritten.setdefault(route_name, deque()).append(_Folded(event, step.state, sends))
         metrics.ROUTER_EVENTS.labels(type=parsed.type, applied=str(step.applied)).inc()
-        route_gauges.export(route_name, step)
+        self.ports.export_gauges(route_name, step)
         return route_name
 
     async def _write_if_due(self, partition: int, pending: int, more: bool) -> list[Any]:
         """Write the acknowledged rows of the partition's routes, unless the batch goes on
         (``more``, or rows written lately, at least once) and the route has fewer than the
         batch's maximum events pending; return the events now safe to ack."""
-        if exactly_once.ON:
+        if self.ports.transactions is not None:
             return await self._commit_due(more)
-        if pending < settings.router_batch_max and (more or self._wrote_lately(partition)):
+        if pending < self.ports.batch_max and (more or self._wrote_lately(partition)):
             return []
-        self.written_at[partition] = time.monotonic()
+        self.written_at[partition] = self.ports.monotonic()
         names = [r for r, p in self.partition_of.items() if p == partition]
         safe: list[Any] = []
         for name in names:
@@ -193,14 +177,14 @@ class Pipeline:
         false), or its oldest uncommitted event waited ``router_flush_interval_s``, or
         a route has the batch's maximum events pending; return the events now safe to
         ack. Any partition, whichever partition's event is being folded."""
-        now = time.monotonic()
+        now = self.ports.monotonic()
         safe: list[Any] = []
         for partition in sorted(set(self.partition_of.values())):
             names = [r for r, p in self.partition_of.items() if p == partition]
             pending = max(len(self.unwritten[name]) for name in names)
             waited = now - self.pending_since.get(partition, now)
-            batch_goes_on = more and pending < settings.router_batch_max
-            if batch_goes_on and waited < settings.router_flush_interval_s:
+            batch_goes_on = more and pending < self.ports.batch_max
+            if batch_goes_on and waited < self.ports.flush_interval_s:
                 continue
             self.pending_since.pop(partition, None)
             safe += await self._commit(partition, names)
@@ -215,13 +199,15 @@ class Pipeline:
         store must never be behind the changelog's committed rows. A transaction a
         rebalance ended (this worker's producers start anew at each assignment) commits
         nothing: its events, unacked, are folded again from the rows."""
-        writer = await _writer(partition)
-        changelog = changelog_name()
+        transactions = self.ports.transactions
+        assert transactions is not None
+        writer = await self._writer(partition)
+        changelog = transactions.changelog()
         generation = self.generation
         states = {name: self.unwritten[name][-1].state for name in names}
         rows = {}
         for name, state in states.items():
-            key, value = row_record(name, state)
+            key, value = transactions.row_record(name, state)
             rows[name] = writer.send(changelog, key, value, partition)
         try:
             await writer.commit()
@@ -230,9 +216,10 @@ class Pipeline:
                 return []
             raise SendFailed(f"the transaction of routing partition {partition} failed") from exc
         for name, state in states.items():
-            keep_route_state(name, state, partition)
+            transactions.keep(name, state, partition)
         if rows:
-            restored_through(partition, max(row.result().offset for row in rows.values()))
+            through = max(row.result().offset for row in rows.values())
+            transactions.restored_through(partition, through)
         if self.generation != generation:
             return []  # the events will be delivered again, and found in the rows
         safe: list[Any] = []
@@ -243,13 +230,13 @@ class Pipeline:
     def _wrote_lately(self, partition: int) -> bool:
         """Rows of this partition were written less than ``router_flush_interval_s`` ago."""
         last = self.written_at.get(partition)
-        return last is not None and time.monotonic() - last < settings.router_flush_interval_s
+        return last is not None and self.ports.monotonic() - last < self.ports.flush_interval_s
 
     def write_acknowledged(
         self, route_name: str, save: Callable[[str, RouteState], None] | None = None
     ) -> list[Any]:
         """Write the row of the newest state whose sends (and all before) are acknowledged
-        (``save``: instead of :func:`save_route_state`); return the events it includes."""
+        (``save``: instead of the ports' ``save_state``); return the events it includes."""
         queue = self.unwritten.get(route_name) or deque()
         done: list[_Folded] = []
         while queue and all(send.done() for send in queue[0].sends):
@@ -261,7 +248,7 @@ class Pipeline:
                     )
             done.append(queue.popleft())
         if done:
-            (save or save_route_state)(route_name, done[-1].state)
+            (save or self.ports.save_state)(route_name, done[-1].state)
         if not queue:
             self.latest.pop(route_name, None)  # the row is the newest state again
             self.unwritten.pop(route_name, None)
@@ -284,7 +271,7 @@ class Pipeline:
         try:
             want = next(run)
             while True:
-                found = await self._reader().recall(
+                found = await self.ports.recall(
                     want, route_name, partition, through, self.driver.recall(route_name)
                 )
                 metrics.ROUTER_RECALLS.labels(kind=want.kind).inc()
@@ -292,58 +279,13 @@ class Pipeline:
         except StopIteration as done:
             return cast(Step, done.value)
 
-    def _reader(self) -> LogReader:
-        if self.reader is None:
-            self.reader = LogReader(
-                bootstrap_servers(settings.broker),
-                routing_topic.get_topic_name(),
-                tansu=settings.tansu_compat,
-                read_committed=exactly_once.ON,
-            )
-        return self.reader
-
-
-async def _writer(partition: int) -> TransactionalWriter:
-    """Exactly-once: the partition's transaction (SendFailed when this worker lost it)."""
-    try:
-        return await exactly_once.router_writers.get(partition)
-    except NotCommitted as exc:
-        raise SendFailed(str(exc)) from exc
-
-
-async def _publish(
-    step: Step, answered: str | None = None, send: Sender = direct
-) -> list[asyncio.Future[Any]]:
-    """Send the step's records and start its calls; return the records' delivery futures.
-
-    ``answered``: the request whose successful answer the executor already published
-    (the feedback said so): the fold derives the same record, not sent again. ``send``:
-    to the broker now, or into the partition's transaction (exactly-once).
-    """
-    pending: list[asyncio.Future[Any]] = []
-    for dispatch in step.dispatches:
-        decision = dispatch.decision
-        key = decision.request_id.encode()
-        pending.append(await send(decisions_topic, key, decision.model_dump_json(), None))
-        pending.append(await handoff.hand_off(dispatch, send))
-        metrics.BANDIT_CHOICE.labels(provider=decision.provider, strategy=decision.strategy).inc()
-        metrics.DECISIONS_BY_DOMAIN.labels(
-            domain=decision.domain or "none", candidate_filter=decision.candidate_filter
-        ).inc()
-    for record in step.records:  # budget asks, verdicts, settlements
-        key = route_of(record).encode()
-        pending.append(await send(routing_log, key, record.model_dump_json(), None))
-    for response in step.responses:
-        if response.request_id == answered and response.status == "ok":
-            continue
-        key = response.request_id.encode()
-        pending.append(await send(responses_topic, key, response.model_dump_json(), None))
-        replies.send_response(response, replies.address_of(response.request_id))
-        await read_judgement(response)  # a judge request's failure, counted
-        metrics.RESPONSES.labels(status=response.status, source="router").inc()
-        if response.error is not None and response.attempts == 0 and response.error.code:
-            metrics.REFUSALS.labels(code=response.error.code).inc()
-    return pending
+    async def _writer(self, partition: int) -> TransactionalWriter:
+        """Exactly-once: the partition's transaction (SendFailed when this worker lost it)."""
+        assert self.ports.transactions is not None
+        try:
+            return await self.ports.transactions.writer(partition)
+        except NotCommitted as exc:
+            raise SendFailed(str(exc)) from exc
 
 
 def _answered(parsed: RoutingLogEvent) -> str | None:

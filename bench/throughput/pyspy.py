@@ -67,7 +67,7 @@ PROFILE_INCLUSIVE: tuple[tuple[str, str], ...] = (
     ("router: load the route row (JSON -> RouteState)", "load_route_state (tables/routing.py"),
     ("router: fold.handle (the decision, state update)", "handle (app/routing/fold.py"),
     ("router: save the route row (RouteState -> JSON, store)", "save_route_state (tables/routing"),
-    ("router: send decision, dispatch, response", "_publish (agents/route_pipeline.py"),
+    ("router: send decision, dispatch, response", "publish (app/router/outbox.py"),
     ("executor: provider call (httpx over aiohttp)", "call_provider (app/execution/call.py"),
     ("executor: send outcome and feedback", "_publish (agents/executor.py"),
     ("ingest: accept (validate, features, domain)", "accept (app/ingest.py"),
