@@ -7,18 +7,15 @@ from factories import T0
 
 from app.events import ChatMessage, ChatRequest
 from app.routing import bandit
+from app.routing.rate_window import RateWindow, admit, prune, retry_after_s, window_index
 from app.routing.rows import dumps, loads
 from app.routing.state import RouteState
+from app.routing.throughput import ema_throughput, throughput_sample
 from app.understanding.guardrails import (
     RULE_FORBIDDEN_KEYWORD,
-    RateWindow,
-    admit,
     check_forbidden,
     check_request,
     compile_keywords,
-    prune,
-    retry_after_s,
-    window_index,
 )
 from app.understanding.modes import (
     MODE_WEIGHTS,
@@ -26,11 +23,9 @@ from app.understanding.modes import (
     ModeWeights,
     RoutingMode,
     effective_mode,
-    ema_throughput,
     parse_mode,
     parse_model_id,
     throughput_bonus,
-    throughput_sample,
     weights_for,
 )
 

@@ -32,6 +32,7 @@ from app.routing.data_policy import split_allowed
 from app.routing.dynamic import fall_back, steer
 from app.routing.learning import pacers, prepare
 from app.routing.policy import Policy
+from app.routing.rate_window import admit, prune, retry_after_s
 from app.routing.records import trusted
 from app.routing.reliability import NO_DEPLOYMENT_AVAILABLE
 from app.routing.select import select
@@ -46,7 +47,6 @@ from app.routing.state import (
 )
 from app.routing.steps import Blocked, Step
 from app.routing.strategies import algorithm_version
-from app.understanding.guardrails import admit, prune, retry_after_s
 
 #: After its deadline, an executor makes no call; this much later no outcome can still come.
 LOST_ATTEMPT_GRACE_S = 10.0

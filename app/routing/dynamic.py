@@ -47,10 +47,10 @@ from app.routing.graph import (
     walk,
 )
 from app.routing.policy import Policy
+from app.routing.rate_window import RateWindow, admit
 from app.routing.reliability import moves_on
 from app.routing.state import RouteState, evolve_route
 from app.routing.steps import Step
-from app.understanding.guardrails import RateWindow, admit
 
 #: The source topic of requests a route forwarded (their copy-detection watermark).
 FORWARD_SOURCE = "switchyard.forward"

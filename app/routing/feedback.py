@@ -13,7 +13,7 @@ from app.routing import adaptive, bandit, breaker, evidence, tail
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability
 from app.routing.state import ArmState, Breaker, Recent, evolve_arm
-from app.understanding.modes import ema_throughput, throughput_sample
+from app.routing.throughput import ema_throughput, throughput_sample
 
 
 def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -> ArmState:

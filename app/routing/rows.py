@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from app.routing.rate_window import RateWindow, TenantWindow
 from app.routing.state import (
     INITIAL_LATENCY_S,
     INITIAL_TOKENS_PER_S,
@@ -40,7 +41,6 @@ from app.routing.state import (
     Sums,
     Waiting,
 )
-from app.understanding.guardrails import RateWindow, TenantWindow
 
 Row = dict[str, Any]
 

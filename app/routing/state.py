@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from app.routing.rate_window import RateWindow
 from app.routing.records import record
-from app.understanding.guardrails import RateWindow
 
 #: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
 INITIAL_LATENCY_S = 5.0

@@ -83,8 +83,6 @@ SUFFIX_MODES: dict[str, RoutingMode] = {
 THROUGHPUT_HALF_TPS = 100.0
 #: Assumed throughput of an arm with no sample yet (seed 000 assumes 5 s of latency).
 INITIAL_TOKENS_PER_S = 50.0
-#: Weight of the newest sample in the throughput EMA (seed 000 §5's 0.2).
-THROUGHPUT_EMA_NEW_WEIGHT = 0.2
 
 
 def weights_for(mode: RoutingMode) -> ModeWeights:
@@ -104,20 +102,6 @@ def throughput_bonus(tokens_per_s: float, weight: float) -> float:
     """``weight · tps / (tps + 100)``: in ``[0, weight)``, increasing, half at 100 tok/s."""
     tps = max(0.0, tokens_per_s)
     return weight * tps / (tps + THROUGHPUT_HALF_TPS)
-
-
-def throughput_sample(tokens_out: int, latency_ms: float) -> float | None:
-    """Output tokens per second of one successful attempt; None when it says nothing."""
-    if tokens_out <= 0 or latency_ms <= 0.0:
-        return None
-    return tokens_out / (latency_ms / 1000.0)
-
-
-def ema_throughput(previous: float, sample: float, samples_before: int) -> float:
-    """The first sample is taken as is; later ones weigh 20 % (seed 000 §5's EMA)."""
-    if samples_before == 0:
-        return sample
-    return previous * (1.0 - THROUGHPUT_EMA_NEW_WEIGHT) + sample * THROUGHPUT_EMA_NEW_WEIGHT
 
 
 # --------------------------------------------------------------------------- model ids
