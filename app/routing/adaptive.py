@@ -4,10 +4,10 @@ An attempt on a deployment is worth, in units of one accepted answer::
 
     value = p x (q - cost_usd / ADAPTIVE_ANSWER_VALUE_USD) - ADAPTIVE_WAIT_COST_PER_S x latency_s
 
-``p`` is the deployment's success rate (seed 004's availability accounting: 429
+``p`` is the deployment's success rate (the reliability accounting: 429
 and client errors are neutral), ``q`` the share of its answers accepted (the
 outcome's reward), ``latency_s`` the latency of its answers and ``cost_usd``
-seed 003's workload (800 input + 250 output tokens) at its configured prices.
+the reference workload (800 input + 250 output tokens) at its configured prices.
 The highest value wins; ties go to config order.
 
 Estimates start from the config and move only on evidence:
@@ -238,7 +238,7 @@ def estimate(
     ``cost_scale`` and ``wait_scale`` weigh the cost and waiting terms (a routing
     mode). Works on the sums and their decay factors directly (no model built: this
     runs for every candidate of every decision); equal to estimating from ``decayed``.
-    Issue 10: ``cost_usd`` is the real cost estimate (seed 003's workload if None),
+    ``cost_usd`` is the real cost estimate (the reference workload's if None),
     ``graded`` the graded quality (its optimistic bound is the value's quality, the
     margin its exploration), ``per_dollar`` the pacer's weight of a dollar
     (``1 / ADAPTIVE_ANSWER_VALUE_USD`` if None).

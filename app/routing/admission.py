@@ -3,8 +3,8 @@
 :func:`take_request` is what happens to a new request when it reaches the front
 of its route: at once when nothing waits before it, else when the line
 (:class:`app.routing.state.Line`) gets to it. It returns :class:`Blocked` when
-the request must keep waiting in the log: every candidate is busy (issue 17: a
-burst waits for capacity, it is never refused for it).
+the request must keep waiting in the log: every candidate is busy (a burst waits
+for capacity, it is never refused for it: docs/design.md#robustness).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _admit(
             return Step(state, responses=[error_response(request_id, 0, state.clock, error)])
     state, steered = steer(state, accepted, position, policy)
     if isinstance(steered, Step):
-        return steered  # refused or forwarded by its dynamic route (issue 13 §2)
+        return steered  # refused or forwarded by its dynamic route
     taken = route(
         state, steered, first_attempt(steered), [], policy, carrier=position, on_line=True
     )
@@ -125,7 +125,7 @@ def _admit(
 
 def first_attempt(accepted: RequestAccepted) -> int:
     """The number of a request's first attempt on this route: a fallback model's
-    attempts number on from those made before (issue 13 §2)."""
+    attempts number on from those made before (dynamic routes)."""
     return 1 + (accepted.dynamic.attempt_base if accepted.dynamic is not None else 0)
 
 
@@ -171,7 +171,7 @@ def route(
         )
         refused = error_response(request_id, attempt - 1, state.clock, error)
         return Step(state, responses=[refused])
-    plan = auto.plan(state, accepted, policy, tried)  # issue 14: model "auto"
+    plan = auto.plan(state, accepted, policy, tried)  # the auto router: model "auto"
     if plan is None:
         plan = plan_candidates(accepted, policy, attempt, tried, state)
     plan = _narrowed(plan, accepted, policy, state)
@@ -181,7 +181,7 @@ def route(
         )
     asked = ask_first(state, accepted, attempt, tried, policy, carrier=carrier, waits=waits)
     if asked is not None:
-        return asked  # parked until every budget holds its worst case (issue 13 §3)
+        return asked  # parked until every budget holds its worst case
     learning = prepare(state, accepted, attempt, policy)
     keys = affinity.keys_of(accepted, policy)
     sticks = affinity.sticks(state, keys)

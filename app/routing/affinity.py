@@ -1,4 +1,4 @@
-"""Cache and session affinity (issue 14, seed 004), as route state on event time.
+"""Cache and session affinity, as route state on event time.
 
 When an answer reports a real prompt-cache read (``tokens_cached`` > 0), the
 request's context — its prompt prefix hash (:mod:`app.understanding.prefix`) —

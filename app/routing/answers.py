@@ -37,7 +37,8 @@ def deadline_of(accepted: RequestAccepted, policy: Policy) -> float:
 
 
 def backoff_s(request_id: str, attempt: int, policy: Policy) -> float:
-    """Seed 003 error n°1: exponential backoff between attempts, with seeded jitter.
+    """Exponential backoff between attempts, with seeded jitter (the fallback loop,
+    docs/design.md#fallback-loop-reliability-accounting-cost).
 
     ``base x 2^(attempt-2) x U[0.5, 1)``; none before the first attempt. The
     jitter keeps retries of a failed burst from arriving together.

@@ -1,4 +1,4 @@
-"""``model: "auto"`` (issue 14, seed 004): the route's rules pick the model, in the fold.
+"""``model: "auto"``: the route's rules pick the model, in the fold.
 
 Candidates are every model of the route's providers (generalist models, and
 models specialised in the request's domain) that pass, in order, each exclusion
@@ -7,7 +7,7 @@ traced with its reason:
 1. the provider lists (tenant preset, request): ``provider_not_in_only``,
    ``provider_ignored`` — they can only narrow;
 2. a known price: ``price_unknown`` when the input or the output price is not declared
-   (seed 004: a model whose text price is unknown is not a managed candidate); a
+   (a model whose text price is unknown is not a managed candidate); a
    price declared ``0`` is known, and free (traced as the input ``free``);
 3. the model patterns: ``denied_by_pattern``, ``not_in_allowed_patterns``;
 4. the spend profile's hard caps: ``over_input_price_cap``, ``over_output_price_cap``;

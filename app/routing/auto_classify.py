@@ -1,4 +1,4 @@
-"""The auto router's local classifier (issue 14, seed 004): deterministic, no model call.
+"""The auto router's local classifier: deterministic, no model call.
 
 From ingest's features (the domain matches, code syntax, length) and the
 request's own facts (``tools``, ``response_format``, the number of turns), a
@@ -16,8 +16,8 @@ workload breakdown over seven classes, a complexity in [0, 1] and a confidence:
   0.3, general 0.2; length term: short 0, medium 0.25, long 0.5, very long 0.8.
 * confidence = 0.5 + 0.5 x (largest share − second largest).
 
-Seed 004's optional classifier child request returns the same structure; this is
-the answer used whenever that child is absent, fails or is invalid.
+A classifier model, were one asked, would return the same structure; this is the
+answer used whenever there is none, it fails or it answers something invalid.
 """
 
 from __future__ import annotations

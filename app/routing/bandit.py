@@ -1,4 +1,6 @@
-"""Seed 000 §2-5: UCB1 and Thompson scores, cost and latency bonuses, the latency EMA.
+"""UCB1 and Thompson scores, cost and latency bonuses, the latency EMA.
+
+The rules: docs/design.md#ucb1-and-thompson-sampling.
 
 Every function is pure. Thompson's randomness comes from a generator seeded by
 the caller (from the request id and attempt), so a replay draws the same samples.
@@ -11,13 +13,13 @@ import math
 import random
 from collections.abc import Sequence
 
-#: Seed 000 §5: weight of the newest latency sample in the EMA.
+#: Weight of the newest latency sample in the EMA.
 EMA_NEW_WEIGHT = 0.2
-#: Seed 000 §4: the cost at which the cost bonus reaches zero ($ per 1M tokens).
+#: The cost at which the cost bonus reaches zero ($ per 1M tokens).
 COST_SCALE_PER_1M = 10.0
-#: Seed 000 §5: the latency at which the latency bonus reaches zero (seconds).
+#: The latency at which the latency bonus reaches zero (seconds).
 LATENCY_SCALE_S = 30.0
-#: Seed 000 §3: a reward at or above this counts as a Thompson success.
+#: A reward at or above this counts as a Thompson success.
 THOMPSON_SUCCESS_THRESHOLD = 0.5
 
 

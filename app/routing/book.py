@@ -1,4 +1,4 @@
-"""The versions of the policy (issue 13), as the fold uses them.
+"""The versions of the policy, as the fold uses them.
 
 A :class:`PolicyBook` maps each version on the policy topic to the
 :class:`~app.routing.policy.Policy` its document describes. Every worker builds

@@ -1,12 +1,14 @@
 """Circuit breakers as pure transitions on event time.
 
-Seed 000 §7 (default): CLOSED -> OPEN after ``failure_threshold`` failures (each
-success in CLOSED takes one back), OPEN -> HALF_OPEN once ``timeout_s`` passed,
-``half_open_max_calls`` successes close it, one failure reopens it.
+The rules: docs/design.md#circuit-breaker.
 
-Seed 003 (``CB_MODE=ewma``): the trip condition is an EWMA failure rate above
+Counting (``CB_MODE=seed000``, the default): CLOSED -> OPEN after ``failure_threshold``
+failures (each success in CLOSED takes one back), OPEN -> HALF_OPEN once ``timeout_s``
+passed, ``half_open_max_calls`` successes close it, one failure reopens it.
+
+EWMA (``CB_MODE=ewma``): the trip condition is an EWMA failure rate above
 ``ewma_threshold`` over at least ``ewma_min_observations`` outcomes; it stays
-open ``timeout_s`` (30 s); HALF_OPEN and closing work as in seed 000.
+open ``timeout_s`` (30 s); HALF_OPEN and closing work as in the counting mode.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def on_failure(breaker: Breaker, now: float, params: BreakerParams) -> Breaker:
 def on_ewma_failure(
     breaker: Breaker, ewma_failure: float, observations: int, now: float, params: BreakerParams
 ) -> Breaker:
-    """Seed 003: open when the EWMA failure rate (after this failure) crosses the threshold."""
+    """EWMA mode: open when the EWMA failure rate (after this failure) crosses the threshold."""
     failures = breaker.failures + 1
     tripped = ewma_failure > params.ewma_threshold and observations >= params.ewma_min_observations
     if breaker.state is BreakerPhase.HALF_OPEN or tripped:

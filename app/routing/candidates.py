@@ -1,4 +1,4 @@
-"""Who may be ranked for a request, and by which weights: seed 000 §6/§9 and seed 004.
+"""Who may be ranked for a request, and by which weights (docs/design.md#routing).
 
 Before any live state is looked at, a request's candidates are narrowed by, in
 order: a pinned ``provider:model`` (no fallback), the tenant preset's and the
@@ -6,7 +6,7 @@ request's provider lists (``only``, ``ignore``), and domain routing (the
 domain's specialists with their specialised model, or the generalists). The
 survivors are ordered (``order`` first, then config order) and every deployment
 left out is traced with the rule that left it out. The routing mode follows
-seed 004's precedence: suffix > request > preset > route default.
+its precedence: suffix > request > preset > route default.
 
 Pure: the request as accepted (its features were computed at ingest) and the
 policy in, a :class:`CandidatePlan` out.
@@ -52,13 +52,13 @@ class CandidatePlan:
     rule: str
     domain: str | None
     mode: ModeChoice
-    #: A pinned deployment disables fallback (seed 004).
+    #: A pinned deployment disables fallback.
     no_fallback: bool = False
     #: Set when the request cannot be routed at all (unknown pin, empty lists).
     refusal: ErrorBody | None = None
     #: A local-first attempt: the answer is kept only at this confidence or above.
     min_confidence: float | None = None
-    #: Issue 14: ``arms`` are ranked (the auto router's order): the first eligible one is
+    #: ``arms`` are ranked (the auto router's order): the first eligible one is
     #: chosen, ``scores`` are the ranking's trace and ``auto`` the rest of it.
     ordered: bool = False
     #: The selection rule of an ordered plan's choice (``auto``, ``sort_price`` ...).

@@ -1,4 +1,4 @@
-"""A request's context for learning (issue 10): the buckets its statistics are kept in.
+"""A request's context for learning: the buckets its statistics are kept in.
 
 Ingest's features give each request a key ``tenant|domain|length|code`` (the
 detected domain or ``general``, the length bucket, ``1`` when the text contains

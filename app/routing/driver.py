@@ -156,7 +156,7 @@ def _parsed(kept: RoutingLogEvent | bytes) -> RoutingLogEvent:
 class Driver:
     """Per route: the state and the recall memory, and the policy versions.
 
-    Each event is folded with the version its route's state names (issue 13), from
+    Each event is folded with the policy version its route's state names, from
     ``book``; ``policy`` is the one to use while the book is empty (a log that never
     carried a policy: tests, benches, simulators), and always when ``follow_versions``
     is False (a counterfactual: its alternative policy throughout).

@@ -1,4 +1,4 @@
-"""Dynamic routes in the fold (issue 13 §2, seed 004): walk, steer, fall back.
+"""Dynamic routes in the fold: walk, steer, fall back.
 
 A request of a tenant or API key bound to a graph walks it once, on the route it
 arrived on (:func:`steer`): a refusal is answered there; a model node forwards

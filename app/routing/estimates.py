@@ -1,4 +1,4 @@
-"""What every strategy learns from grades and real cost (issue 10), per context bucket.
+"""What every strategy learns from grades and real cost, per context bucket.
 
 Quality. The quality of a deployment's answers is the weighted mean of their
 grades. Buckets are walked from ``*`` towards the request's finest one
@@ -13,13 +13,13 @@ are on their way is not tried again and again meanwhile).
 
 Answers without a grade: they count for availability (the success signal) and
 are taken to be as good as the deployment's graded answers; a route that has no
-grade at all keeps seed 000's success signal (the outcome's reward) as quality.
+grade at all keeps the success signal (the outcome's reward) as quality.
 
 Cost. The mean real cost (``cost_usd`` of its answers) of the deployment, walked
 from ``*`` to the finest bucket the same way (each bucket shrunk towards the
 coarser one by ``COST_PRIOR_WEIGHT`` answers); before any answer, its configured
-prices times the route's observed token means (seed 003's 800/250 workload
-before anything was observed).
+prices times the route's observed token means (the reference workload, 800 input and
+250 output tokens, before anything was observed: docs/design.md#the-reference-providers).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Quality:
 
 
 def graded_route(states: Iterable[ArmState]) -> bool:
-    """Has any of these deployments been graded? (Otherwise: seed 000's success signal.)"""
+    """Has any of these deployments been graded? (Otherwise: the success signal.)"""
     for state in states:  # a loop, not any(): on every decision, and mostly no evidence
         if state.evidence and state.evidence.get(context.EVERYTHING, NO_EVIDENCE).weight > 0:
             return True
@@ -98,7 +98,7 @@ def quality(
 
 
 def thompson_params(state: ArmState, level: str, fractional: bool) -> tuple[float, float]:
-    """Beta posterior from the grades of ``level``, plus seed 000's failed calls as misses."""
+    """Beta posterior from the grades of ``level``, plus the failed calls as misses."""
     found = state.evidence.get(level, NO_EVIDENCE)
     failures = max(0.0, state.pulls - state.total_reward)
     hits = found.score if fractional else found.wins
@@ -106,7 +106,7 @@ def thompson_params(state: ArmState, level: str, fractional: bool) -> tuple[floa
 
 
 def token_means(states: Iterable[ArmState]) -> tuple[float, float]:
-    """Mean input and output tokens of the route's answers (seed 003's workload before any)."""
+    """Mean input and output tokens of the route's answers (the reference workload before any)."""
     sums = evidence.total((s.evidence for s in states), context.EVERYTHING)
     if sums.costed == 0:
         return float(WORKLOAD_INPUT_TOKENS), float(WORKLOAD_OUTPUT_TOKENS)
@@ -135,5 +135,5 @@ def cost(arm: Arm, state: ArmState, chain: Sequence[str], tokens: tuple[float, f
 
 
 def success_rate(state: ArmState) -> float:
-    """Seed 000's success signal: the outcome rewards' mean (1.0 before any outcome)."""
+    """The success signal: the outcome rewards' mean (1.0 before any outcome)."""
     return state.total_reward / state.pulls if state.pulls else 1.0

@@ -1,4 +1,4 @@
-"""Per-context evidence of a deployment (issue 10): answers, quality grades, real cost.
+"""Per-context evidence of a deployment: answers, quality grades, real cost.
 
 Pure updates of :class:`app.routing.state.Evidence` in every bucket of a context
 (:mod:`app.routing.context`), plus the spend of a tenant that has a cost target.
@@ -6,7 +6,7 @@ Availability (breaker, reliability accounting) is not touched here.
 
 * An outcome: a successful answer counts in ``answers`` and, with its real
   ``cost_usd`` and tokens, in the cost sums (failed attempts cost nothing by
-  seed 004's accounting and say nothing of quality); ``expired`` changes nothing.
+  the reliability accounting and say nothing of quality); ``expired`` changes nothing.
 * A grade (``GradeApplied``): its weighted score joins the grade sums; when it
   replaces an earlier grade of the same source, the earlier one is taken back
   (the answer stays counted once in ``graded``).

@@ -1,6 +1,6 @@
 """Fold one attempt outcome into its arm: bandit, latency EMA and EWMAs, breaker, rate limits.
 
-Seed 004's reliability accounting decides what an outcome may teach: a neutral one (a
+The reliability accounting decides what an outcome may teach: a neutral one (a
 client error, a 429, a passed deadline) frees its slot and is counted apart, and
 moves neither the bandit (pulls, rewards, Thompson's beta) nor the latency averages
 nor the breaker.
@@ -22,7 +22,7 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
     in_flight = max(0, arm.in_flight - 1)
     if status is StatusClass.EXPIRED:
         # The request ran out of time (a backlog, a worker that was down): the slot is
-        # free again, and nothing is learnt or held against the deployment (issue 17).
+        # free again, and nothing is learnt or held against the deployment.
         return evolve_arm(arm, in_flight=in_flight)
     availability = ACCOUNTING[status].availability
     if availability is Availability.NEUTRAL:
@@ -54,7 +54,7 @@ def apply_outcome(arm: ArmState, outcome: Outcome, now: float, policy: Policy) -
         tokens_per_s,
         throughput_samples,
         _recent(arm, outcome, availability, health.breaker, now, policy),  # recent
-        # Issue 10: answers and their real cost, per context bucket (quality comes with grades).
+        # Answers and their real cost, per context bucket (quality comes with grades).
         evidence.observe_outcome(arm.evidence, outcome, policy),
         arm.refused_tokens,
     )
@@ -105,7 +105,7 @@ def _recent(
 def _health(
     arm: ArmState, outcome: Outcome, availability: Availability, now: float, policy: Policy
 ) -> ArmState:
-    """Latency EMA (seed 000), failure and latency EWMAs (seed 003) and the breaker: an arm
+    """Latency EMA, failure and latency EWMAs (composite score) and the breaker: an arm
     whose other fields are ``arm``'s (only these are read from it)."""
     alpha = policy.params.ewma_alpha
     failed = availability is Availability.DOWN

@@ -23,7 +23,7 @@ An attempt still open when its request's deadline (plus a grace) has passed is
 closed with a ``lost`` error response all the same (a safety net: an outcome
 that never came back), so no accepted request goes unanswered.
 ``RouteTick`` events move the clock on idle routes. ``PolicyChanged`` switches the
-route to a new policy version at its position in the log (issue 13); the driver
+route to a new policy version at its position in the log; the driver
 folds each event with the version the route's state names.
 
 Waiting (:mod:`app.routing.parking`): a new request whose candidates are busy
@@ -146,7 +146,7 @@ def _give_back(step: Step, route_name: str) -> Step:
 
 
 def _ledger(state: RouteState, event: BudgetAsk | BudgetSettle, policy: Policy) -> Step:
-    """A budget's own key (issue 13 §3): hold or queue an ask, count a settlement."""
+    """A budget's own key: hold or queue an ask, count a settlement."""
     ledger = state.ledger or Ledger()
     limits = policy.config.budget_by_key.get(event.scope)
     if isinstance(event, BudgetAsk):
@@ -169,7 +169,7 @@ def _event_time(event: RoutingLogEvent) -> float:
 
 
 def _switch_policy(state: RouteState, change: PolicyChanged, policy: Policy) -> Step:
-    """From here on the route folds with ``change.version`` (issue 13). Deployments it
+    """From here on the route folds with ``change.version``. Deployments it
     adds start fresh, removed ones stop being candidates; every arm's history stays. A
     budget's ledger serves the asks a new limit lets it hold."""
     if change.version <= state.policy_version:
@@ -327,7 +327,7 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
     state = count_spend(state, finished_attempt.budget_nodes, outcome.cost_usd, policy)
-    state = affinity.observe(state, finished_attempt.affinity, outcome, policy)  # issue 14
+    state = affinity.observe(state, finished_attempt.affinity, outcome, policy)
     used = Amount(
         1 if outcome.attempt == 1 else 0, outcome.tokens_in + outcome.tokens_out, outcome.cost_usd
     )

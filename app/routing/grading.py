@@ -1,4 +1,4 @@
-"""Folding a quality grade into the statistics of the deployment that answered (issue 10).
+"""Folding a quality grade into the statistics of the deployment that answered.
 
 :func:`apply_grade` is called by :func:`app.routing.fold.handle` for every
 ``GradeApplied`` event of the routing log, in log order, so a replay applies the
@@ -9,7 +9,7 @@ answer's context (``GradeApplied.context``, the decision's; ``*`` only without
 one); a grade that replaces an earlier one from the same source for the same
 request takes the earlier one back (``replaces_score``/``replaces_weight``), so
 the answer counts once, with its latest grade. Availability (breaker,
-reliability accounting, seed 000's reward sums) is left as it is: quality is a
+reliability accounting, the reward sums) is left as it is: quality is a
 separate signal. A grade for a deployment the route no longer has is still
 kept (its statistics wait in the row like any other arm's).
 

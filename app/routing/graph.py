@@ -1,4 +1,4 @@
-"""Walking a dynamic route (seed 004, :mod:`app.policy.dynamic_routes`): pure and deterministic.
+"""Walking a dynamic route (:mod:`app.policy.dynamic_routes`): pure and deterministic.
 
 :func:`walk` follows a validated graph from its start for one request's
 :class:`RequestFacts` and returns the :class:`Path` taken: each node with the exit

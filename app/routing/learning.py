@@ -1,4 +1,4 @@
-"""What a decision knows about the request beyond its candidates (issue 10): its context
+"""What a decision knows about the request beyond its candidates: its context
 buckets and the budget pacer that applies to it.
 
 :func:`prepare` is called once per decision, before ranking; the pacer it moves

@@ -1,4 +1,4 @@
-"""Budget pacing (issue 10): hold a route's or a tenant's mean cost per request at a target.
+"""Budget pacing: hold a route's or a tenant's mean cost per request at a target.
 
 A primal-dual pacer, as in ParetoBandit: the ``adaptive`` strategy weighs cost
 by a multiplier ``mu`` (quality given up per target's worth of dollars)::

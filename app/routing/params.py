@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 class Strategy(StrEnum):
     UCB1 = "ucb1"
     THOMPSON = "thompson"
-    #: Seed 003 §4: cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure), lowest wins.
+    #: The composite score: cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure),
+    #: lowest wins.
     COMPOSITE = "composite"
     #: Expected utility per attempt from config priors and time-discounted outcomes
     #: (app/routing/adaptive.py); the strategy ``switchyard bench quality`` recommends.
@@ -26,9 +27,9 @@ class Strategy(StrEnum):
 
 
 class BreakerMode(StrEnum):
-    #: Seed 000 §7: count failures, open at the threshold for CB_TIMEOUT_S.
+    #: Count failures, open at the threshold for CB_TIMEOUT_S.
     SEED000 = "seed000"
-    #: Seed 003 §5/§8: open for 30 s when the EWMA failure rate > 0.5 over >= 20 outcomes.
+    #: Open for 30 s when the EWMA failure rate > 0.5 over >= 20 outcomes.
     EWMA = "ewma"
 
 
@@ -51,7 +52,7 @@ class RoutingParams(BaseModel):
     cb_half_open_max_calls: int = Field(default=3, ge=1, validation_alias="CB_HALF_OPEN_MAX_CALLS")
     max_attempts: int = Field(default=3, ge=1, le=10, validation_alias="SWITCHYARD_MAX_ATTEMPTS")
     cb_mode: BreakerMode = Field(default=BreakerMode.SEED000, validation_alias="CB_MODE")
-    #: Seed 003: EWMA weight of the newest outcome; its error n°4 says keep it in 0.2-0.3.
+    #: EWMA weight of the newest outcome, kept within 0.2-0.3 (docs/design.md#circuit-breaker).
     ewma_alpha: float = Field(default=0.3, ge=0.2, le=0.3, validation_alias="EWMA_ALPHA")
     ewma_open_threshold: float = Field(
         default=0.5, gt=0.0, lt=1.0, validation_alias="CB_EWMA_THRESHOLD"
@@ -60,7 +61,7 @@ class RoutingParams(BaseModel):
         default=20, ge=1, validation_alias="CB_EWMA_MIN_OBSERVATIONS"
     )
     ewma_open_s: float = Field(default=30.0, gt=0.0, validation_alias="CB_EWMA_OPEN_S")
-    #: Seed 003 error n°1: base of the exponential backoff between attempts.
+    #: Base of the exponential backoff between attempts.
     retry_backoff_s: float = Field(
         default=0.15, ge=0.0, validation_alias="SWITCHYARD_RETRY_BACKOFF_S"
     )
@@ -120,9 +121,9 @@ class RoutingParams(BaseModel):
     adaptive_exploration: float = Field(
         default=0.005, ge=0.0, validation_alias="ADAPTIVE_EXPLORATION"
     )
-    # -- quality grades, real cost, context and pacing (issue 10; app/routing/estimates.py).
+    # -- quality grades, real cost, context and pacing (app/routing/estimates.py).
     #: Thompson's Beta update from a grade: fractional (alpha += score, beta += 1 - score)
-    #: instead of seed 000's success when score >= 0.5. Traced in the algorithm version.
+    #: instead of a success when score >= 0.5. Traced in the algorithm version.
     thompson_fractional: bool = Field(default=False, validation_alias="THOMPSON_FRACTIONAL")
     #: Optimism on graded quality: the bound is mean + this x sd / sqrt(evidence).
     quality_exploration: float = Field(default=2.0, ge=0.0, validation_alias="QUALITY_EXPLORATION")

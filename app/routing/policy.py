@@ -13,7 +13,8 @@ from app.policy.schema import ProviderConfig, RoutingConfig, deployment_id
 from app.routing.breaker import BreakerParams
 from app.routing.params import BreakerMode, RoutingParams
 
-#: Seed 003 §3/§6 workload used to price one request: 800 input + 250 output tokens.
+#: The reference workload used to price one request: 800 input + 250 output tokens
+#: (docs/design.md#the-reference-providers).
 WORKLOAD_INPUT_TOKENS = 800
 WORKLOAD_OUTPUT_TOKENS = 250
 
@@ -28,7 +29,7 @@ class Arm:
 
     @property
     def workload_cost_usd(self) -> float:
-        """Seed 003's workload priced at the provider's rates."""
+        """The reference workload priced at the provider's rates."""
         return (
             WORKLOAD_INPUT_TOKENS * self.provider.input_price
             + WORKLOAD_OUTPUT_TOKENS * self.provider.output_price
@@ -39,7 +40,7 @@ class Arm:
 class Policy:
     config: RoutingConfig
     params: RoutingParams = field(default_factory=RoutingParams)
-    #: Its version on the policy topic (issue 13); 0: a policy no event carried (a file
+    #: Its version on the policy topic; 0: a policy no event carried (a file
     #: read directly, as tests, benches and simulators do).
     version: int = 0
 

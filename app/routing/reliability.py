@@ -1,4 +1,4 @@
-"""Seed 004's reliability accounting: what each kind of result means for a deployment.
+"""The reliability accounting: what each kind of result means for a deployment.
 
 One table, used by the executor (retriable or not) and the router (breaker and
 rate-limit bookkeeping).
@@ -26,7 +26,7 @@ class Accounting:
 
 ACCOUNTING: dict[StatusClass, Accounting] = {
     StatusClass.SUCCESS: Accounting(Availability.UP, retriable=False),
-    # 401, 402, 404: seed 004 counts them against availability, but a client error
+    # 401, 402, 404: they count against availability, but a client error
     # does not change model, so they are not retried elsewhere.
     StatusClass.AUTH_ERROR: Accounting(Availability.DOWN, retriable=False),
     # 400, 403, 413, 422 and other 4xx: the request's fault, returned at once.
@@ -44,7 +44,7 @@ ACCOUNTING: dict[StatusClass, Accounting] = {
 }
 
 AUTH_STATUSES = frozenset({401, 402, 404})
-#: Seed 004's list, plus 529 (Anthropic's "overloaded", a 503 by another name).
+#: The retriable 5xx, plus 529 (Anthropic's "overloaded", a 503 by another name).
 RETRIABLE_SERVER_STATUSES = frozenset({500, 502, 503, 504, 529})
 
 
@@ -65,7 +65,7 @@ def classify_http_status(status: int) -> StatusClass:
 
 
 def is_retriable(status_class: StatusClass, http_status: int | None) -> bool:
-    """Seed 004: fall back after 429, 500, 502, 503, 504, timeouts and connection errors."""
+    """Fall back after 429, 500, 502, 503, 504, timeouts and connection errors."""
     if status_class is StatusClass.SERVER_ERROR:
         return http_status in RETRIABLE_SERVER_STATUSES
     return ACCOUNTING[status_class].retriable

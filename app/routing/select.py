@@ -1,4 +1,4 @@
-"""Seed 000 §6-7 and §2-3: exclude what cannot be used, then rank what can.
+"""Exclude what cannot be used, then rank what can (docs/design.md#routing).
 
 ``select`` is pure: route state, the request's identity and the policy in; the
 ranked candidates, the exclusions with their reasons, the chosen arm and its
@@ -32,9 +32,9 @@ class Selection:
     arms: dict[str, ArmState]
     #: Why the chosen arm won: "score", "untried_first" or "half_open_probe".
     rule: str = "score"
-    #: The context bucket the chosen arm's estimate came from (issue 10).
+    #: The context bucket the chosen arm's estimate came from.
     level: str = EVERYTHING
-    #: Issue 14: the pin followed (``session`` or ``context``) when ``rule`` is ``affinity``.
+    #: The pin followed (``session`` or ``context``) when ``rule`` is ``affinity``.
     affinity: str | None = None
 
 
@@ -77,7 +77,7 @@ def select(
 ) -> Selection:
     """Rank the plan's arms (or, given a route name, all of the route's default deployments).
 
-    Issue 14: an ordered plan (the auto router's) takes its first eligible arm
+    An ordered plan (the auto router's) takes its first eligible arm
     (``auto``); otherwise the strategy ranks, a due half-open probe goes first, and then
     the first of ``sticks`` (live affinity pins) whose deployment is eligible with a
     closed breaker wins (``affinity``) over the scores.
@@ -120,7 +120,7 @@ def select(
     if demoted:  # used only when no active deployment can take the attempt now
         excluded.extend(demoted)
         half_open = any(s.breaker.state is BreakerPhase.HALF_OPEN for _, s in eligible)
-    if plan is not None and plan.ordered:  # the auto router's ranking (issue 14)
+    if plan is not None and plan.ordered:  # the auto router's ranking
         scores = plan.scores or []
         stuck = _stuck(eligible, sticks)
         if stuck is not None:
@@ -140,7 +140,7 @@ def select(
             eligible[probe][0], ranking.candidates, excluded, 1.0, updated, "half_open_probe"
         )
     stuck = _stuck(eligible, sticks) if sticks else None
-    if stuck is not None:  # issue 14: a live pin wins over the scores, never over a filter
+    if stuck is not None:  # affinity: a live pin wins over the scores, never over a filter
         return Selection(
             stuck[0],
             ranking.candidates,

@@ -1,10 +1,10 @@
 """Routing state of one route, as stored in the route's table row.
 
 Slotted dataclasses, frozen to the type checker (:func:`app.routing.records.record`;
-issue 11 §3: nothing is validated or copied field by field inside the fold): the pure
-functions take one and return a new one, never changing it (nor its dicts and lists:
-every update builds new ones). The row is
-JSON (:mod:`app.routing.rows`); floats round-trip exactly, so a state rebuilt
+for the decision's time budget, docs/design.md#performance-targets: nothing is
+validated or copied field by field inside the fold): the pure functions take one and
+return a new one, never changing it (nor its dicts and lists: every update builds new
+ones). The row is JSON (:mod:`app.routing.rows`); floats round-trip exactly, so a state rebuilt
 from the changelog or by a replay is bit-identical to the live one.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from app.routing.rate_window import RateWindow
 from app.routing.records import record
 
-#: Seed 000 §5: latency EMA starts at 5.0 s for every provider.
+#: The latency EMA starts at 5.0 s for every provider (docs/design.md#ucb1-and-thompson-sampling).
 INITIAL_LATENCY_S = 5.0
-#: Seed 004 ``throughput`` mode: the output tokens/s EMA before any sample.
+#: ``throughput`` mode: the output tokens/s EMA before any sample.
 INITIAL_TOKENS_PER_S = 50.0
 
 
@@ -30,7 +30,7 @@ class BreakerPhase(StrEnum):
     OPEN = "OPEN"
 
 
-#: Prometheus encoding of seed 000's ``ai_circuit_breaker_state``.
+#: Prometheus encoding of ``ai_circuit_breaker_state`` (docs/design.md#circuit-breaker).
 BREAKER_GAUGE = {BreakerPhase.CLOSED: 0, BreakerPhase.HALF_OPEN: 1, BreakerPhase.OPEN: 2}
 
 
@@ -46,7 +46,8 @@ class Breaker:
 class Sums:
     """Discounted outcome sums of one memory (``adaptive``)."""
 
-    #: Availability-relevant outcomes (seed 004: up or down) and the failures among them.
+    #: Availability-relevant outcomes (up or down, by the reliability accounting) and the
+    #: failures among them.
     calls: float = 0.0
     failures: float = 0.0
     #: Successful answers, and the sums of their rewards (acceptance) and latencies.
@@ -69,8 +70,8 @@ class Recent:
 
 @record
 class Evidence:
-    """What one deployment showed in one context bucket (issue 10): its answers, the
-    quality grades of those answers and what its attempts cost.
+    """What one deployment showed in one context bucket (learning from grades): its
+    answers, the quality grades of those answers and what its attempts cost.
 
     Grades are sums over graded answers (``weight``-weighted): a grade that replaces an
     earlier one from the same source takes the old one back, so ``graded`` counts answers
@@ -80,7 +81,7 @@ class Evidence:
     #: Successful answers (each may get a grade later).
     answers: int = 0
     #: Answers graded, the grades' total weight, weighted sum, sum of squares and the
-    #: weight of those at or above seed 000's success threshold (0.5).
+    #: weight of those at or above the success threshold (0.5).
     graded: int = 0
     weight: float = 0.0
     score: float = 0.0
@@ -106,7 +107,7 @@ class Pacer:
 
 @record
 class ArmState:
-    """Seed 000's bandit hash plus latency EMA, breaker and the in-flight count."""
+    """The bandit's statistics plus latency EMA, breaker and the in-flight count."""
 
     pulls: int = 0
     total_reward: float = 0.0
@@ -119,14 +120,15 @@ class ArmState:
     #: The provider asked (Retry-After) not to be called before this route-clock time.
     retry_after_until: float = 0.0
     breaker: Breaker = field(default_factory=Breaker)
-    #: Seed 003 §4: EWMA of failures (0/1) and latency over availability-relevant outcomes.
+    #: The composite score's EWMAs of failures (0/1) and latency over availability-relevant
+    #: outcomes.
     ewma_failure: float = 0.0
     ewma_latency_ms: float = 0.0
     #: Tail latency (balanced mode's composite score): an exceedance-weighted EWMA
     #: tracking the 95th percentile of the same outcomes' latency (app/routing/tail.py).
     ewma_p95_ms: float = 0.0
     observations: int = 0
-    #: Seed 004 ``throughput`` mode: EMA of output tokens per second on successes.
+    #: ``throughput`` mode: EMA of output tokens per second on successes.
     tokens_per_s: float = INITIAL_TOKENS_PER_S
     throughput_samples: int = 0
     recent: Recent = field(default_factory=Recent)
@@ -156,7 +158,7 @@ class OpenAttempt:
     deadline: float
     #: Dynamic routes' budget nodes its request passed (their spend counts its cost).
     budget_nodes: tuple[str, ...] = ()
-    #: Issue 14: the affinity keys its request may pin (``s:…`` session, ``c:…`` context),
+    #: Affinity: the keys its request may pin (``s:…`` session, ``c:…`` context),
     #: pinned to the deployment if the answer reports a prompt-cache read.
     affinity: tuple[str, ...] = ()
 
@@ -165,8 +167,8 @@ class OpenAttempt:
 class Parked:
     """An attempt waiting for a deployment: every candidate was open or cooling down.
 
-    It holds references, never the request (issue 17): the request is recalled from
-    the routing log, at ``carrier``, when the wait is over.
+    It holds references, never the request (a waiting request stays in the log): the
+    request is recalled from the routing log, at ``carrier``, when the wait is over.
     """
 
     request_id: str
@@ -186,7 +188,7 @@ class Parked:
 
 @record
 class Hold:
-    """On a route: an attempt under budgets (issue 13 §3), asked for or held by every
+    """On a route: an attempt under budgets, asked for or held by every
     ledger in ``scopes``; settled with its cost when it ends, given back otherwise."""
 
     scopes: tuple[str, ...]
@@ -261,7 +263,7 @@ class Line:
 
     They are the route's ``RequestAccepted`` events at positions after ``after``
     (every request arriving while one waits joins the line, so no list is kept):
-    a fixed-size state whatever the backlog (issue 17). The head is taken off the
+    a fixed-size state whatever the backlog. The head is taken off the
     line when a deployment can take it, or answered once its deadline has passed.
     """
 
@@ -275,7 +277,7 @@ class Line:
 
 @record
 class Pin:
-    """Issue 14: a context or session pinned to the deployment that read its prompt cache,
+    """A context or session pinned to the deployment that read its prompt cache,
     until ``until`` (route clock); ``started``: its first pin (a session's 24 h cap)."""
 
     deployment: str
@@ -303,7 +305,7 @@ class RouteState:
     #: Route-clock time before which no open attempt can be lost (0: check). A cache
     #: that spares the fold a scan of the open attempts on every event.
     expiry_check_at: float = 0.0
-    #: Per-tenant request windows (seed 000 §9 step 3), on the route clock.
+    #: Per-tenant request windows (the guardrails' rate limit), on the route clock.
     rate: RateWindow = field(default_factory=RateWindow)
     #: Attempts waiting for a deployment, by ``request_id#attempt`` (app/routing/parking.py).
     parked: dict[str, Parked] = field(default_factory=dict)
@@ -314,18 +316,18 @@ class RouteState:
     #: Ids of the grades folded last (at most ``RECENT_GRADES``): a grade the matcher
     #: re-sent after a crash (same id) is counted once (app/routing/grading.py).
     recent_grades: list[str] = field(default_factory=list)
-    #: The policy version in force on the route (issue 13): the last ``policy.changed``
+    #: The policy version in force on the route: the last ``policy.changed``
     #: folded (0: none yet, the first version applies).
     policy_version: int = 0
-    #: Attempts under budgets (issue 13 §3), by ``request_id#attempt``.
+    #: Attempts under budgets, by ``request_id#attempt``.
     holds: dict[str, Hold] = field(default_factory=dict)
     #: On a budget's own key (``budget:SCOPE``): its ledger; None on a route.
     ledger: Ledger | None = None
-    #: Dynamic routes' rate nodes (issue 13 §2): requests per window, by
+    #: Dynamic routes' rate nodes: requests per window, by
     #: ``graph/node/subject``; and their budget nodes' spend: (period, USD).
     node_counts: RateWindow = field(default_factory=RateWindow)
     node_spend: dict[str, tuple[str, float]] = field(default_factory=dict)
-    #: Issue 14: cache/session affinity pins by key (app/routing/affinity.py); bounded.
+    #: Cache/session affinity pins by key (app/routing/affinity.py); bounded.
     affinity: dict[str, Pin] = field(default_factory=dict)
     #: The source offset of the last request this route forwarded (to a dynamic route's
     #: model or a fallback model; -1: none): each forward takes the next one, at least

@@ -1,5 +1,5 @@
-"""Deployment status (seed 004's "rétrogradés en raison de leur statut", its beta and
-alpha channels): a model of ``providers.yaml`` is ``active`` (the default),
+"""Deployment status (models demoted for their status, and beta or alpha channels):
+a model of ``providers.yaml`` is ``active`` (the default),
 ``demoted`` or ``preview``.
 
 * ``preview``: a candidate only when the route (``routes.NAME.preview: true``) or the

@@ -17,7 +17,7 @@ class Step:
     #: False when the event was a duplicate and changed nothing but the clock.
     applied: bool = True
     #: Routing-log events to send, each keyed by its own route (budget asks, verdicts
-    #: and settlements: issue 13 §3).
+    #: and settlements of budgets).
     records: list[RoutingLogEvent] = field(default_factory=list)
 
     def then(self, later: Step) -> Step:

@@ -48,7 +48,7 @@ class Ranking:
     candidates: list[Candidate]
     propensity: float = 1.0
     rule: str = "score"
-    #: The bucket the chosen deployment's quality estimate came from (issue 10).
+    #: The context bucket the chosen deployment's quality estimate came from.
     level: str = context.EVERYTHING
 
 
@@ -112,7 +112,7 @@ def _quality_prior(arm: Arm, policy: Policy) -> float:
 def _costs(eligible: Eligible, learning: Learning, policy: Policy) -> list[float]:
     """Each candidate's expected real cost of an answer to this request."""
     if not any(state.evidence for _, state in eligible):
-        # Nothing observed on the route: every cost is the configured prices at seed 003's
+        # Nothing observed on the route: every cost is the configured prices at the reference
         # workload (token_means and cost's first exit), which the policy alone fixes.
         cache = policy.memo.get("workload_costs")
         if cache is None:
@@ -162,7 +162,8 @@ def rank(
 
 
 def mode_weights(mode: RoutingMode, policy: Policy) -> ModeWeights:
-    """Seed 000 §11's table per seed 004 mode; ``balanced`` keeps the environment's weights."""
+    """The bonus weights of each routing mode (docs/design.md#composite-score-modes-adaptive);
+    ``balanced`` keeps the environment's weights."""
     if mode is not RoutingMode.BALANCED:
         return MODE_WEIGHTS[mode]
     found = policy.memo.get("balanced_weights")  # the policy alone fixes them
@@ -176,8 +177,8 @@ def mode_weights(mode: RoutingMode, policy: Policy) -> ModeWeights:
 
 
 def cost_per_mtok(arm: Arm, state: ArmState, graded: bool) -> float:
-    """Seed 000's $/1M of a deployment: the configured figure (or seed 000's table); on a
-    graded route (issue 10), what its answers really cost per token once it has answered."""
+    """The $/1M of a deployment's cost bonus: the configured figure (or the table by id
+    prefix); on a graded route, what its answers really cost per token once it has answered."""
     seen = state.evidence.get(context.EVERYTHING)
     if not graded or seen is None or seen.tokens_in + seen.tokens_out <= 0:
         return arm.provider.bonus_cost_per_mtok
@@ -214,8 +215,8 @@ def ucb1(
     mode: RoutingMode = DEFAULT_MODE,
     qualities: Sequence[estimates.Quality] = (),
 ) -> Ranking:
-    """Seed 000's UCB1; with grades on the route, the mean reward is the success rate
-    times the graded quality (issue 10).
+    """UCB1 (docs/design.md#ucb1-and-thompson-sampling); with grades on the route, the mean
+    reward is the success rate times the graded quality.
 
     The bonuses are :func:`_bonuses` and the exploration term
     :func:`app.routing.bandit.exploration_term`, inlined (the same float operations in
@@ -239,7 +240,7 @@ def ucb1(
         latency = max(0.0, 1.0 - state.avg_latency_s / bandit.LATENCY_SCALE_S) * latency_weight
         started = state.pulls + state.in_flight
         if started == 0:
-            # Seed 000: an arm never pulled is chosen before the formula applies.
+            # An arm never pulled is chosen before the formula applies.
             first_untried = index if first_untried is None else first_untried
             factors = {"cost_bonus": cost, "latency_bonus": latency}
             if throughput_weight > 0:
@@ -286,9 +287,9 @@ def thompson(
     qualities: Sequence[estimates.Quality] = (),
     policy: Policy | None = None,
 ) -> Ranking:
-    """Seed 000's Thompson; with grades on the route, each Beta posterior counts the graded
+    """Thompson sampling; with grades on the route, each Beta posterior counts the graded
     answers of its bucket (success when the grade is >= 0.5, or fractional) and the failed
-    calls (issue 10)."""
+    calls."""
     fractional = policy is not None and policy.params.thompson_fractional
     posteriors = [
         estimates.thompson_params(state, qualities[i].level, fractional)
@@ -313,17 +314,17 @@ def composite(
     mode: RoutingMode = DEFAULT_MODE,
     needs: Needs | None = None,
 ) -> Ranking:
-    """Seed 003 §4: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x ewma_failure)``,
-    times ``(1 + 10 x (1 - quality))`` once the route has grades (issue 10).
+    """The composite score: ``cost x (ewma_latency / p95_baseline)^2 x (1 + 10 x
+    ewma_failure)``, times ``(1 + 10 x (1 - quality))`` once the route has grades.
 
-    In ``balanced`` mode (seed 004: reliability, latency, tail latency, price, token
+    In ``balanced`` mode (reliability, latency, tail latency, price, token
     fit), times ``tail_latency_penalty`` and ``token_fit_penalty``
     (:mod:`app.routing.tail`), each traced as a factor: its multiplier is its
     contribution to the product.
 
     Lowest wins; ties go to config order. An arm with no latency sample yet
     scores 0, so each arm is tried before the EWMAs steer. Cost is the real mean
-    cost of an answer (app/routing/estimates.py), seed 003's workload before any.
+    cost of an answer (app/routing/estimates.py), the reference workload's before any.
     """
     candidates: list[Candidate] = []
     negated: list[float] = []
@@ -357,10 +358,10 @@ def adaptive_ranking(
 ) -> Ranking:
     """:mod:`app.routing.adaptive`: the highest expected value per attempt wins.
 
-    A mode scales the cost and waiting terms as seed 000 §11 scales UCB1's cost and
+    A mode scales the cost and waiting terms as the modes scale UCB1's cost and
     latency bonuses against ``balanced`` (price: cost x3, waiting x1/3; quality: only
     success and acceptance count ...) and adds ``throughput``'s tokens/s bonus.
-    Issue 10: cost is the real cost of an answer in the request's buckets, weighed by
+    Cost is the real cost of an answer in the request's buckets, weighed by
     the budget pacer's multiplier when a cost target applies; once the route has
     grades, quality is the graded bound, and a deployment never tried is tried first.
     """

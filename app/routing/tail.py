@@ -1,11 +1,11 @@
-"""Balanced mode's two extra factors of seed 003's composite score (seed 004: balanced
-weighs reliability, latency, tail latency, throughput, price and token fit).
+"""Balanced mode's two extra factors of the composite score (balanced weighs
+reliability, latency, tail latency, throughput, price and token fit).
 
 Tail latency: ``ArmState.ewma_p95_ms`` tracks the 95th percentile of a deployment's
 latency with an exceedance-weighted EWMA (an asymmetric EWMA, i.e. an expectile
 tracker): a sample above the estimate pulls it up by ``alpha x 0.95`` of the gap, a
 sample below pulls it down by ``alpha x 0.05`` of the gap (``alpha``: EWMA_ALPHA,
-seed 003's 0.3). Its fixed point is the latency the samples exceed about as much,
+0.3 by default). Its fixed point is the latency the samples exceed about as much,
 weighted, as they fall short 19 to 1: the 0.95-expectile, for latency distributions
 between the 90th and the 97th percentile. The first sample is taken as is (also
 on a state saved before the tracker existed, whose estimate is 0). Plain
