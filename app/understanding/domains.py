@@ -1,4 +1,5 @@
-"""Seed 000 §6: the 15 domains, their multilingual patterns, and specialist filtering.
+"""The 15 domains, their multilingual patterns, and specialist filtering
+(docs/design.md#routing, step 5).
 
 Detection is accent- and case-insensitive (see :mod:`~app.understanding.rules`):
 the patterns (:mod:`~app.understanding.patterns`) are written without accents and
@@ -6,19 +7,19 @@ match ``équation``, ``Equation`` and ``ÉQUATION`` alike; a few acronyms (``ROI
 match in capitals only, because in lower case they are ordinary French words
 (*roi*, king). Each domain's rules are compiled into one scan
 (:class:`~app.understanding.rules.RuleSet`); a domain's match count is its
-number of non-overlapping matches, as in the seed's ``len(pattern.findall(prompt))``.
+number of non-overlapping matches (``len(pattern.findall(prompt))``).
 A prompt longer than 16 384 characters is read by its first 12 288 and last
 4 096 (where instructions sit), which bounds the cost of a 1 MB request.
 
 **The winner** is the domain with the most matches. **Ties** go to the domain
-listed first in seed 000's table (math, coding, reasoning, image, voice,
+listed first in the domain table (math, coding, reasoning, image, voice,
 transcription, translation, vision, embedding, medical, finance, science,
-classification, sentiment, legal): the seed's ``max(scores, key=scores.get)``
-returns the first maximal key of a dict filled in that order, so this is the
-seed's own tie-break, made explicit instead of left to dict order.
+classification, sentiment, legal): ``max(scores, key=scores.get)`` over a dict
+filled in that order would give the same, but the tie-break is made explicit
+instead of left to dict order.
 
-**Specialists** (seed 000 §6, ``filter_specialized_providers`` and
-``get_specialized_model``): when a domain is detected and some providers have a
+**Specialists** (:func:`specialists` and :func:`specialized_model`): when a
+domain is detected and some providers have a
 model marked ``specialized: <domain>``, only those are candidates and each uses
 its first such model (config order). Otherwise every generalist provider (one
 with at least one unspecialised model) is a candidate with its default model.
@@ -46,7 +47,7 @@ PATTERNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 PATTERNS["coding"] = (("syntax", CODE_SYNTAX), *PATTERNS["coding"])
 if tuple(PATTERNS) != DOMAIN_ORDER:
-    raise AssertionError("DOMAIN_TABLE must list seed 000's 15 domains in table order")
+    raise AssertionError("DOMAIN_TABLE must list the 15 domains in table order")
 
 
 COMPILED: dict[str, RuleSet] = {domain: RuleSet.build(PATTERNS[domain]) for domain in DOMAIN_ORDER}
@@ -83,7 +84,7 @@ def hits_in(
 
 
 def detect_domain(text: str, input_modalities: Collection[str] = ()) -> DomainMatch | None:
-    """Seed 000's ``detect_domain``: most matches wins, ties in table order; None when none.
+    """The request's domain: most matches wins, ties in table order; None when none.
 
     ``input_modalities`` are the kinds of the request's content parts (``"image"``,
     ``"audio"``); each adds one match to its domain (:data:`INPUT_MODALITY_DOMAINS`).
@@ -112,7 +113,7 @@ def decide(hits: Mapping[str, Sequence[str]]) -> DomainMatch | None:
 
 
 def specialized_model(provider: ProviderConfig, domain: str) -> str | None:
-    """Seed 000's ``get_specialized_model``: the first model marked for ``domain``, else None."""
+    """The first model of ``provider`` marked for ``domain``, else None."""
     for spec in provider.models:
         if spec.specialized == domain:
             return spec.name
@@ -120,7 +121,7 @@ def specialized_model(provider: ProviderConfig, domain: str) -> str | None:
 
 
 def specialists(providers: Sequence[ProviderConfig], domain: str) -> list[ProviderConfig]:
-    """Seed 000's ``filter_specialized_providers``: providers with a model for ``domain``."""
+    """The providers with a model for ``domain``."""
     return [p for p in providers if specialized_model(p, domain) is not None]
 
 
@@ -136,7 +137,7 @@ REASON_SPECIALIST_ONLY = "specialist_only"
 
 @dataclass(frozen=True, slots=True)
 class DomainCandidates:
-    """Seed 000 §9 step 5: who may be ranked for this request, with which model."""
+    """Who may be ranked for this request, with which model (routing step 5)."""
 
     domain: str | None
     #: ``specialists``, ``fallback_generalists`` (domain without specialists),

@@ -1,4 +1,4 @@
-r"""Seed 000 §8: the contextual features of a request, computed once, purely.
+r"""The contextual features of a request, computed once, purely (docs/design.md#routing).
 
 =========================  ==================================================================
 ``task_type``              the detected domain (:func:`~app.understanding.domains.detect_domain`)

@@ -1,4 +1,4 @@
-"""Seed 000 §9 step 3 (``check_input``): forbidden keywords.
+"""Guardrails on a request's input (docs/design.md#routing, step 2): forbidden keywords.
 
 **Forbidden keywords.** A configured list; a keyword matches case- and
 accent-insensitively (``Édit`` matches ``edit``), as a whole word or phrase:

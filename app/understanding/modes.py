@@ -1,15 +1,16 @@
-"""Seed 004's routing modes, model-id suffixes and ``provider:model`` pinning.
+"""Routing modes, model-id suffixes and ``provider:model`` pinning
+(docs/design.md#composite-score-modes-adaptive).
 
-**Weights.** Seed 000 §11's tuning table gives the cost and latency bonus weights
-of four objectives; seed 004 adds ``throughput``:
+**Weights.** The bandit's tuning table gives the cost and latency bonus weights of
+four objectives; the routing-policy rules add ``throughput``:
 
 ============  ====  =======  ==========  ============================================
-mode          cost  latency  throughput  source
+mode          cost  latency  throughput  objective
 ============  ====  =======  ==========  ============================================
-balanced      0.10  0.15     0           seed 000 §11 "Équilibre (défaut)"
-price         0.30  0.05     0           seed 000 §11 "Minimiser les coûts"
-latency       0.05  0.30     0           seed 000 §11 "Minimiser la latence"
-quality       0     0        0           seed 000 §11 "Maximiser la qualité"
+balanced      0.10  0.15     0           balance (the default)
+price         0.30  0.05     0           minimise cost
+latency       0.05  0.30     0           minimise latency
+quality       0     0        0           maximise quality
 throughput    0.05  0.05     0.30        ours: latency mode's shape, the 0.30 moved to
                                          observed output tokens/s, latency kept at 0.05
                                          since time to first token still matters
@@ -17,24 +18,24 @@ throughput    0.05  0.05     0.30        ours: latency mode's shape, the 0.30 mo
 
 The throughput bonus is ``weight · tps / (tps + 100)``: 0 at 0 tok/s, half the
 weight at 100 tok/s (a typical hosted GPU deployment), 0.83 of it at 500 and
-0.91 at 1 000 (wafer-scale and LPU providers). Unlike the seed's linear,
-clamped cost and latency bonuses it never saturates, so it still separates two
-fast providers. Before any sample an arm is taken at 50 tok/s (as the seed
-takes 5 s of latency), and samples are folded with the seed's 0.8/0.2 EMA.
+0.91 at 1 000 (wafer-scale and LPU providers). Unlike the linear, clamped cost
+and latency bonuses it never saturates, so it still separates two fast
+providers. Before any sample an arm is taken at 50 tok/s (as an arm is taken at
+5 s of latency), and samples are folded with the latency EMA's 0.8/0.2 weights.
 
 **Model ids.** A request's ``model`` is read as (:func:`parse_model_id`):
 
 * ``chat`` — a route alias (absent: the default route);
 * ``chat:nitro`` / ``chat:floor`` — the alias with a routing suffix: ``:nitro``
-  forces ``throughput``, ``:floor`` forces ``price`` (seed 004);
+  forces ``throughput``, ``:floor`` forces ``price``;
 * ``provider:model`` — any other id with a colon pins that deployment and
   disables fallback. Everything after the first colon is the canonical model
   id, suffixes included: ``openai:gpt-4.1:nitro`` pins model ``gpt-4.1:nitro``
-  of provider ``openai`` and forces no mode (seed 004: "les suffixes restent
-  intégrés à l'identifiant canonique", e.g. ``baseten:google/gemma-4-26b-a4b:free``).
+  of provider ``openai`` and forces no mode (suffixes stay part of the canonical
+  id, e.g. ``baseten:google/gemma-4-26b-a4b:free``).
   When ``alias:nitro`` is itself a configured deployment, the pin wins.
 
-**Precedence** (seed 004): a recognised suffix beats the request's
+**Precedence**: a recognised suffix beats the request's
 ``routing.mode``, which beats the preset's mode, which beats the route's
 (workspace) default; with none of them the mode is ``balanced``.
 """
@@ -73,7 +74,7 @@ MODE_WEIGHTS: dict[RoutingMode, ModeWeights] = {
     RoutingMode.THROUGHPUT: ModeWeights(cost=0.05, latency=0.05, throughput=0.3),
 }
 
-#: Seed 004's model-id suffixes and the mode each forces.
+#: The model-id suffixes and the mode each forces.
 SUFFIX_MODES: dict[str, RoutingMode] = {
     "nitro": RoutingMode.THROUGHPUT,
     "floor": RoutingMode.PRICE,
@@ -81,7 +82,7 @@ SUFFIX_MODES: dict[str, RoutingMode] = {
 
 #: Output tokens/s at which the throughput bonus is half its weight.
 THROUGHPUT_HALF_TPS = 100.0
-#: Assumed throughput of an arm with no sample yet (seed 000 assumes 5 s of latency).
+#: Assumed throughput of an arm with no sample yet (as 5 s of latency is assumed).
 INITIAL_TOKENS_PER_S = 50.0
 
 
@@ -175,7 +176,7 @@ def effective_mode(
     preset_mode: RoutingMode | None,
     route_default: RoutingMode | None,
 ) -> ModeChoice:
-    """Seed 004: suffix > request ``routing.mode`` > preset > route (workspace) default."""
+    """Suffix > request ``routing.mode`` > preset > route (workspace) default."""
     ordered: tuple[tuple[RoutingMode | None, ModeSource], ...] = (
         (suffix_mode, "suffix"),
         (request_mode, "request"),

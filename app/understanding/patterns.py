@@ -1,4 +1,5 @@
-r"""The rule tables: seed 000 §6's 15 domains and the code syntax behind ``has_code``.
+r"""The rule tables: the 15 domains (docs/design.md#routing) and the code syntax behind
+``has_code``.
 
 One line per piece of a rule: ``group rule pattern``; the pieces of a rule are
 concatenated in order (``|`` separates alternatives, as in any regex). Patterns are matched
@@ -8,9 +9,9 @@ part case-sensitive (``ROI``: in lower case it is the French word for king).
 Patterns must not contain capturing groups, should start each alternative with
 ``\b``, a line start or a symbol (:mod:`~app.understanding.rules` explains why),
 and the order matters twice: rules and alternatives are tried in the order
-written, and the domains' order is seed 000's table order, the tie-break.
+written, and the domains' order (the table below) is the tie-break.
 
-Every key pattern of seed 000 §6's table is covered (French and English):
+Every domain's key patterns, in French and English:
 
 ========================  ============================================================
 math                      calcul, équation, dérivée, matrice, probability, sqrt, \sum

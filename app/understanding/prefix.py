@@ -1,4 +1,4 @@
-"""The prompt prefix a provider's prompt cache holds, as a hash (issue 14, seed 004).
+"""The prompt prefix a provider's prompt cache holds, as a hash (for cache affinity).
 
 A conversation's turns share their beginning: the tools, the system prompt and the
 first user message come back unchanged at every turn, and that is what a provider
