@@ -62,11 +62,11 @@ class RequestAccepted(Envelope):
     prompt_sha256: str
     prompt_chars: int
     source: LogPosition
-    #: Seed 000 §8, computed once at ingest (labels and counts, no prompt text).
+    #: The request's features, computed once at ingest (labels and counts, no prompt text).
     features: Features | None = None
-    #: ``provider:model`` when ``model`` pinned a deployment (seed 004).
+    #: ``provider:model`` when ``model`` pinned a deployment.
     pinned: str | None = None
-    #: Set once a dynamic route (issue 13 §2) was walked for it: what it decided.
+    #: Set once a dynamic route was walked for it: what it decided.
     dynamic: DynamicTrace | None = None
     #: ``nitro`` or ``floor`` when ``model`` carried a routing suffix.
     suffix: str | None = None
@@ -82,7 +82,7 @@ class RequestAccepted(Envelope):
     #: They differ for a backlog (a worker was down): the router's clock then follows
     #: ingest, so a request whose deadline passed in the log is answered without a call.
     ingested_at: datetime | None = None
-    #: Issue 14: SHA-256 of the prompt's prefix (tools and the messages up to the first
+    #: SHA-256 of the prompt's prefix (tools and the messages up to the first
     #: user message, bounded): the context cache affinity pins. No text.
     prefix_sha256: str | None = None
     #: A streamed answer's text the client already has, when a provider's stream broke
@@ -103,7 +103,7 @@ class StatusClass(StrEnum):
     BAD_RESPONSE = "bad_response"
     #: The request's deadline ran out before or during the call (a backlog, a worker that
     #: was down, a call cut short by the deadline rather than the provider's timeout): not
-    #: the provider's doing, so it never counts against it (issue 17 §2).
+    #: the provider's doing, so it never counts against it (docs/design.md#robustness).
     EXPIRED = "expired"
 
 
@@ -177,7 +177,7 @@ class Outcome(Envelope):
     #: True when this attempt ended the request (its response has been published).
     final: bool
     error: str | None = None
-    #: The decision's context key (issue 10, ``Decision.context``), copied by the executor:
+    #: The decision's context key (``Decision.context``), copied by the executor:
     #: the buckets this answer's cost and grade are learnt in.
     context: str | None = None
     #: The output guardrails that fired on the answer, as ``name:action`` (never the text).
@@ -211,7 +211,7 @@ class RouteTick(Envelope):
 
 
 class GradeApplied(Envelope):
-    """A quality grade matched to the answer it grades (issue 10), on the routing log
+    """A quality grade matched to the answer it grades, on the routing log
     keyed by route, so the route's single writer folds it in log order. No free text.
 
     Made from an ``llm.feedback`` record once its request's final answer is known:

@@ -1,7 +1,7 @@
 """The one settings object.
 
 Every tunable of the process is read here, from the environment, once. Routing
-parameters keep the variable names of seed 000 (``BANDIT_STRATEGY``,
+parameters keep the bandit algorithm's variable names (``BANDIT_STRATEGY``,
 ``CB_TIMEOUT_S`` ...); everything that belongs to the process itself is
 prefixed ``SWITCHYARD_``.
 """
@@ -57,21 +57,21 @@ class Topics(BaseSettings):
     #: Internal: dispatches the deciding worker has no room to call itself, keyed by
     #: request id, called by any worker's executors.
     spill: str = "switchyard.spill"
-    #: Quality grades of answers (issue 10), keyed as the producer likes.
+    #: Quality grades of answers, keyed as the producer likes.
     feedback: str = "llm.feedback"
     #: Internal: valid feedback re-keyed by request id, co-partitioned with ``outcomes``.
     feedback_matching: str = "switchyard.feedback"
     #: Internal: one record per worker start, to tell how the broker answers fetches
     #: (app/compat/detect.py).
     probe: str = "switchyard.probe"
-    #: Internal: copies of responses for the gateways (issue 12), sent to the partition the
+    #: Internal: copies of responses for the gateways, sent to the partition the
     #: request's ``reply_to`` names; each gateway reads only its own partition(s).
     replies: str = "switchyard.replies"
-    #: Internal: the pieces of streamed answers (``response.delta``, issue 12), sent to the
+    #: Internal: the pieces of streamed answers (``response.delta``), sent to the
     #: partition the request's ``reply_to`` names (by request id without one); kept, so
     #: every stream can be reassembled (``switchyard streams``).
     deltas: str = "switchyard.deltas"
-    #: Proposed policies (issue 13), one partition: its order numbers the versions; the
+    #: Proposed policies, one partition: its order numbers the versions; the
     #: relay copies each new version onto the routing log (agents/policy.py).
     policy: str = "llm.policy"
 
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     #: ``Authorization: Bearer`` token of every HTTP view but ``/metrics`` and ``/``; unset:
     #: those views are served to loopback clients only. Never logged.
     admin_token: SecretStr | None = None
-    #: ``Authorization: Bearer`` token of ``/metrics`` (issue 16 §4): unset, ``/metrics`` is
+    #: ``Authorization: Bearer`` token of ``/metrics``: unset, ``/metrics`` is
     #: open (the admin token is accepted too when both are set). Never logged.
     metrics_token: SecretStr | None = None
     #: The master key that opens the credentials tenants bring (app/credentials/): a
@@ -188,13 +188,13 @@ class Settings(BaseSettings):
     log_level: str = "warn"
     #: How often each worker publishes a RouteTick per route (seconds).
     tick_interval_s: float = Field(default=5.0, gt=0.0)
-    #: How long after its answer a request can still be graded (issue 10).
+    #: How long after its answer a request can still be graded.
     feedback_window_s: float = Field(default=24 * 3600.0, gt=0.0)
     #: How long feedback waits for the outcome of its request to reach the answers table.
     feedback_match_grace_s: float = Field(default=60.0, gt=0.0)
     #: Largest feedback record, in bytes (more: dead letter ``oversized``).
     feedback_max_bytes: int = Field(default=16 * 1024, ge=1024)
-    #: The OpenAI-compatible gateway (issue 12, app/gateway/): where it listens, the
+    #: The OpenAI-compatible gateway (app/gateway/): where it listens, the
     #: partitions of the replies topic it owns (each gateway its own), how many requests
     #: may wait for their answer at once (beyond: 429 at once), how long a client may take
     #: to send its body (408), and how many records of a ``llm.responses`` partition a
@@ -208,10 +208,10 @@ class Settings(BaseSettings):
     #: How long a client may take to send a request's line and headers once it started
     #: (then 408 and the connection is closed; an idle connection: the keep-alive timeout).
     gateway_header_timeout_s: float = Field(default=10.0, gt=0.0)
-    #: Streamed answers (issue 12): the executor publishes a stream's first piece at once,
+    #: Streamed answers: the executor publishes a stream's first piece at once,
     #: then what came since at most this often (one ``response.delta`` per interval).
     stream_flush_interval_s: float = Field(default=0.02, ge=0.0)
-    #: The analytics store (issue 15, app/analytics/): the DuckDB file the sink folds the
+    #: The analytics store (app/analytics/): the DuckDB file the sink folds the
     #: public topics into, and where ``switchyard console`` listens (loopback by default).
     analytics_db: Path = Path(".switchyard/analytics.duckdb")
     console_host: str = "127.0.0.1"

@@ -1,4 +1,4 @@
-"""What the auto router (issue 14, seed 004) decided for a request, as decisions carry it.
+"""What the auto router decided for a request, as decisions carry it.
 
 Labels, numbers and deployment ids only: never request or response content.
 """

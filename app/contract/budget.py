@@ -1,4 +1,4 @@
-"""Budgets as events (issue 13 §3): asks, verdicts and settlements on the routing log.
+"""Budgets as events: asks, verdicts and settlements on the routing log.
 
 A budget (requests, tokens and dollars per minute, hour, day and month of a tenant,
 an API key or a route) is a ledger with one writer: its own key of the routing log, ``budget:SCOPE``

@@ -13,7 +13,7 @@ from app.contract.dynamic import DynamicTrace
 
 class Candidate(Frozen):
     deployment: str
-    #: None for an arm never tried, which seed 000 picks before any score.
+    #: None for an arm never tried, which is picked before any score.
     score: float | None
     #: Per-factor contributions; for UCB1 they add up to ``score``.
     factors: dict[str, float]
@@ -39,9 +39,9 @@ class Decision(Envelope):
     candidates: list[Candidate]
     excluded: list[Exclusion]
     config_hash: str
-    #: The policy version in force on the route (issue 13; 0: none from the policy topic).
+    #: The policy version in force on the route (0: none from the policy topic).
     policy_version: int = 0
-    #: Issue 13 §2: the dynamic route's path and target, when one applied.
+    #: The dynamic route's path and target, when one applied.
     dynamic: DynamicTrace | None = None
     #: Routing-log offset of the event this decision was computed at.
     state_version: int
@@ -49,14 +49,14 @@ class Decision(Envelope):
     #: Why the chosen deployment won: "score", "untried_first", "half_open_probe",
     #: "retry_same_deployment" (a retry of the deployment that failed), "auto", "affinity".
     selection_rule: str = "score"
-    #: Seed 000 §6: the detected domain, and how it narrowed the candidates
+    #: The detected domain, and how it narrowed the candidates
     #: (``specialists``, ``fallback_generalists``, ``no_domain``, ``all_providers``, ``pinned``).
     domain: str | None = None
     candidate_filter: str = "no_domain"
-    #: Seed 004: the routing mode and which setting chose it.
+    #: The routing mode and which setting chose it.
     mode: str = "balanced"
     mode_source: str = "default"
-    #: Issue 10: the request's context key (``tenant|domain|length|code``, app/routing/
+    #: The request's context key (``tenant|domain|length|code``, app/routing/
     #: context.py), the bucket the chosen deployment's estimate came from (``*``: none
     #: finer had enough evidence) and how coarse it is (0: the finest).
     context: str | None = None
@@ -65,9 +65,9 @@ class Decision(Envelope):
     #: The budget pacer's cost multiplier and target ($ per request) when one applies.
     pacer_multiplier: float | None = None
     cost_target_usd: float | None = None
-    #: Issue 14: the auto router's trace, when the request asked for ``model: "auto"``.
+    #: The auto router's trace, when the request asked for ``model: "auto"``.
     auto: AutoTrace | None = None
-    #: Issue 14: the pin followed (``session`` or ``context``) when ``selection_rule`` is
+    #: The affinity pin followed (``session`` or ``context``) when ``selection_rule`` is
     #: ``affinity``.
     affinity: str | None = None
     prompt_sha256: str

@@ -1,4 +1,4 @@
-"""What a dynamic route (seed 004, issue 13 §2) decided for a request, as events carry it."""
+"""What a dynamic route decided for a request, as events carry it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class DynamicTrace(Frozen):
     path: dict[str, Any]
     #: The route or ``provider:model`` in use: the model node's, then each fallback's.
     target: str
-    #: Fallback models not tried yet, in order (seed 004: at most 8).
+    #: Fallback models not tried yet, in order (at most 8).
     fallbacks: list[str] = Field(default_factory=list)
     #: Attempts made before this target (a fallback's attempts number on from them).
     attempt_base: int = Field(default=0, ge=0)

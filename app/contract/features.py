@@ -1,7 +1,7 @@
 """What request analysis hands routing, as data: the request's features and domain.
 
-The models only; :mod:`app.understanding` computes them (seed 000 §8, the rule tables
-there say what each field means). They sit here, below :mod:`app.events`, so the
+The models only; :mod:`app.understanding` computes them (docs/design.md#routing; its
+rule tables say what each field means). They sit here, below :mod:`app.events`, so the
 event contract depends on nothing but pydantic.
 """
 

@@ -1,4 +1,4 @@
-"""Feedback: a quality grade of one answer, as published to ``llm.feedback`` (issue 10)."""
+"""Feedback: a quality grade of one answer, as published to ``llm.feedback``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ _Id = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Feedback(BaseModel):
-    """A quality grade of one answer, on ``llm.feedback`` (issue 10). Unknown fields are
+    """A quality grade of one answer, on ``llm.feedback``. Unknown fields are
     ignored and never stored: no free text goes further than this model.
 
     Exactly one of ``score`` (in [0, 1]) and ``label``. ``feedback_id`` defaults to

@@ -1,6 +1,6 @@
-"""Policy as events (issue 13): a proposed policy, and the change every route folds.
+"""Policy as events: a proposed policy, and the change every route folds.
 
-A policy is the providers file (seed 003) plus the seed parameters, as a
+A policy is the providers file plus the routing parameters, as a
 :class:`PolicyDocument` with no secret in it: an ``api_key`` travels as the
 ``${VARIABLE}`` it names (each worker resolves it from its own environment) or
 not at all (a literal key stays in the file of the worker that has it), and the

@@ -27,9 +27,9 @@ class RoutingOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     mode: Literal["balanced", "price", "latency", "quality", "throughput"] | None = None
-    #: Issue 14: ``false`` opts this request out of cache/session affinity.
+    #: ``false`` opts this request out of cache/session affinity.
     affinity: bool | None = None
-    #: Issue 14: ``false`` keeps context (prompt prefix) affinity but ignores ``session_id``.
+    #: ``false`` keeps context (prompt prefix) affinity but ignores ``session_id``.
     session_affinity: bool | None = None
     #: ``true`` opts this request in to the route's ``status: preview`` deployments.
     preview: bool | None = None
@@ -48,7 +48,7 @@ class MaxPrice(BaseModel):
 
 
 class ProviderPreferences(BaseModel):
-    """Seed 004's per-request provider controls. Each narrows what the route, the tenant
+    """The per-request provider controls. Each narrows what the route, the tenant
     and the key allow, never widens it; an unknown one is refused, never ignored."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
@@ -68,7 +68,7 @@ class ProviderPreferences(BaseModel):
 
 
 class ReplyTo(BaseModel):
-    """Where a gateway waits for the answer (issue 12): a copy of the request's response
+    """Where a gateway waits for the answer: a copy of the request's response
     goes to this partition of the replies topic, besides ``llm.responses``."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
@@ -90,7 +90,7 @@ class ChatRequest(BaseModel):
     session_id: str | None = None
     tenant: str | None = None
     #: The API key's name (the gateway sets it from its key's ``name``; never the key):
-    #: its budget applies (issue 13 §3).
+    #: its budget applies.
     key_name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     routing: RoutingOptions | None = None
@@ -107,7 +107,7 @@ class ChatRequest(BaseModel):
     #: Set by the gateway: where it waits for the response (a copy is sent there).
     reply_to: ReplyTo | None = None
     #: ``stream: true``: the executor streams from the provider and publishes the answer's
-    #: pieces as ``response.delta`` events (issue 12), besides the whole answer.
+    #: pieces as ``response.delta`` events, besides the whole answer.
     stream: bool | None = None
     #: Set by the gateway on a Responses API request (``POST /v1/responses``): its
     #: conversation's previous turn and where its answer will be (positions, no text).

@@ -1,4 +1,4 @@
-"""A piece of a streamed answer, on ``switchyard.deltas`` (issue 12).
+"""A piece of a streamed answer, on ``switchyard.deltas``.
 
 With ``stream: true`` the executor streams from the provider and publishes what each
 call's stream adds as ``response.delta`` events, in order (``seq``), while it comes: the
