@@ -197,7 +197,7 @@ def _schemas(args: argparse.Namespace) -> int:
 #: Every ``switchyard`` start imports these modules: keep their top-level imports light.
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "quality": ("bench.quality", "routing quality of every policy in simulated scenarios"),
-    "outage": ("bench.outage", "seed 003's 47-minute outage on the live stack (llmock)"),
+    "outage": ("bench.outage", "the 47-minute outage of the favourite deployment, live (llmock)"),
     "crash": ("bench.crash", "SIGKILL the worker under load; count what was lost"),
     "throughput": ("bench.throughput", "one worker's throughput and overhead vs LiteLLM"),
     "poison": ("bench.poison", "10,030 malformed records among 1,000 valid: dead letters, crashes"),

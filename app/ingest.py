@@ -94,7 +94,7 @@ def _route_of(ref: ModelRef, config: RoutingConfig) -> str | None:
     router answers an unknown or invalid id with an error, it is not dead-lettered)."""
     if ref.kind == "route":
         if ref.raw == AUTO_MODEL and AUTO_MODEL not in config.route_names():
-            # Issue 14: the route whose auto router picks the model (its workspace's rules).
+            # The route whose auto router picks the model (its workspace's rules).
             return auto_route(config.routes, config.default_route)
         return config.resolve_route(ref.route)
     candidates = config.routes_with(ref.provider) if ref.provider else []

@@ -169,7 +169,7 @@ async def ensure_topics(
             if name not in existing
         ]
         if settings.topics.policy not in existing:
-            # One partition: its order numbers the policy versions (issue 13).
+            # One partition: its order numbers the policy versions.
             policy = NewTopic(
                 settings.topics.policy, 1, settings.replication_factor, topic_configs=configs
             )

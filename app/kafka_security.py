@@ -1,4 +1,4 @@
-"""How every Kafka client of the project authenticates: SASL and TLS settings (issue 16 §3).
+"""How every Kafka client of the project authenticates: SASL and TLS settings.
 
 A nested part of the one settings object (``Settings.kafka_security``), read from the
 environment with the prefix ``SWITCHYARD_KAFKA_``. ``app.kafka.client_security`` turns it

@@ -1,4 +1,4 @@
-"""No record content in the worker's log, whatever its level (issue 17 §4).
+"""No record content in the worker's log, whatever its level (docs/design.md#robustness).
 
 At DEBUG, Faust logs every record it sends with its value (``send: topic=... v=...``),
 and so does aiokafka's producer (``Sending (key=... value=...)``): each request's

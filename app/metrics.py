@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CIRCUIT_BREAKER_STATE = Gauge(
     "ai_circuit_breaker_state",
-    "Seed 000 breaker state per provider: 0 CLOSED, 1 HALF_OPEN, 2 OPEN.",
+    "Circuit breaker state per provider: 0 CLOSED, 1 HALF_OPEN, 2 OPEN.",
     ["provider"],
 )
 BANDIT_CHOICE = Counter(
@@ -118,13 +118,13 @@ BUDGET_HELD_USD = Gauge(
 )
 JUDGE = Counter(
     "switchyard_judge_total",
-    "The built-in judge (issue 10 §6) by result: answers requested, not_sampled, self, "
+    "The built-in judge by result: answers requested, not_sampled, self, "
     "judge_request, too_large, ...; judge answers scored, unparseable, failed, late, not_judge; "
     "error (a judge step that went wrong, the answer unaffected).",
     ["result"],
 )
 
-# -- Issue 16 §1: what the dashboard (ops/grafana/) needs beyond the agents' own counters.
+# -- What the dashboard (ops/grafana/) needs beyond the agents' own counters.
 # Observed by a Faust sensor (app/worker/observe.py), for every record, without reading it.
 RECORD_AGE = Histogram(
     "switchyard_record_age_seconds",

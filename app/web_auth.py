@@ -1,4 +1,4 @@
-"""Who may read the worker's HTTP views (issue 17 §4).
+"""Who may read the worker's HTTP views (docs/design.md#robustness).
 
 * ``/``, ``/healthz`` and ``/readyz`` are open: probes need no credentials, and they
   answer only ``{"status": ...}``.

@@ -1,4 +1,4 @@
-"""The analytics store (issue 15): the recorded events folded into an embedded DuckDB
+"""The analytics store: the recorded events folded into an embedded DuckDB
 database, idempotent by event id and restart-safe (docs/analytics.md).
 
 ``schema`` (tables), ``views``, ``rows`` (event -> rows, never text), ``store`` (one

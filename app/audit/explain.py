@@ -9,7 +9,7 @@ completion text: the prompt's hash and length, and the response's status,
 deployment and error only. With a replay at hand it also says, per decision,
 whether the log re-derives it exactly.
 
-Grades (issue 10): the trace lists the grades applied to the request's answer and,
+Grades: the trace lists the grades applied to the request's answer and,
 per decision, the grades its route folded for the decision's candidates since the
 route's previous recorded decision (what moved it since; app/audit/grades.py).
 """

@@ -98,7 +98,7 @@ def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederive
 
 def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
     """``policy`` folds a log that carries no policy version; one that does is folded
-    with the version in force at each position (issue 13), as the live router did."""
+    with the policy version in force at each position, as the live router did."""
     result = Rederived()
     entries = list(entries)
     book = policy_book(entries)

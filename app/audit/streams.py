@@ -1,4 +1,4 @@
-"""Every streamed answer, put back together from the deltas topic (issue 12).
+"""Every streamed answer, put back together from the deltas topic.
 
 ``switchyard streams [REQUEST_ID]`` reads ``switchyard.deltas`` (``SWITCHYARD_TOPIC_DELTAS``)
 from its start and prints, per request and per call of each attempt, the text the

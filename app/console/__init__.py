@@ -1,2 +1,2 @@
-"""The routing console (issue 15): server-rendered pages over the analytics store
+"""The routing console: server-rendered pages over the analytics store
 (app/analytics/), served by ``switchyard console``; assets in ``static/``."""

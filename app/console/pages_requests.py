@@ -175,7 +175,7 @@ def _decision(decision: dict[str, Any]) -> str:
 
 
 def _dynamic(trace: dict[str, Any] | None) -> str:
-    """A dynamic route's path (issue 13 §2): each node with the exit it left by."""
+    """A dynamic route's path: each node with the exit it left by."""
     if not trace:
         return ""
     path = trace.get("path") or {}
@@ -194,7 +194,7 @@ def _dynamic(trace: dict[str, Any] | None) -> str:
 
 
 def _auto(trace: dict[str, Any] | None) -> str:
-    """The auto router's classification and rules (issue 14)."""
+    """The auto router's classification and rules."""
     if not trace:
         return ""
     caps = (trace.get("max_input_usd_per_mtok"), trace.get("max_output_usd_per_mtok"))

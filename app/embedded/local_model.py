@@ -23,7 +23,7 @@ verbosity) goes to a file. The ``/slots`` endpoint, which would show prompts, an
 web UI are off.
 
 ``app.embedded.local_providers`` adds it to a ``providers.yaml`` as the provider
-``local`` on the default route with ``local_first`` (seed 000 §9 step 4): the router
+``local`` on the default route with ``local_first`` (docs/design.md#routing): the router
 asks it first, the executor asks for ``logprobs`` (the confidence is exp(mean token
 log-probability), ``app.execution.call.confidence_of``), and the answer is kept at the
 threshold or above, else the request falls back to the other providers.

@@ -1,8 +1,8 @@
 """The local model in ``providers.yaml``, and on the embedded stack (``--local-model``).
 
 * :func:`with_local_model`: the provider ``local`` (free, ``max_concurrency`` = its
-  llama.cpp slots) first on the default route, with ``local_first`` (seed 000 §9
-  step 4): asked first, its answer kept when its confidence reaches the threshold.
+  llama.cpp slots) first on the default route, with ``local_first`` (routing step
+  4): asked first, its answer kept when its confidence reaches the threshold.
 * :func:`with_local_judge`: the local model as the route's judge (app/grades/judge.py). A
   135M model does not follow the judge's ``SCORE: x`` instruction, so the judge is a
   second server held to that format by a llama.cpp grammar (:data:`SCORE_GRAMMAR`):

@@ -47,7 +47,8 @@ def namespaced_topics(namespace: str) -> Topics:
 
 #: How long an embedded worker may take to stop (``SWITCHYARD_SHUTDOWN_TIMEOUT_S``), and
 #: how long ``Worker.stop`` waits before SIGKILL: with the broker's and the gateway's stop,
-#: ``switchyard up`` and the demo are gone within 10 s of SIGTERM or SIGINT (issue 16 §5).
+#: ``switchyard up`` and the demo are gone within 10 s of SIGTERM or SIGINT
+#: (docs/design.md#robustness).
 WORKER_SHUTDOWN_S = 6.0
 WORKER_KILL_AFTER_S = 7.0
 

@@ -298,7 +298,7 @@ def usage_of(usage: object) -> _Usage:
 
 
 def _cached_tokens(usage: dict[str, Any]) -> int:
-    """Cached prompt tokens, wherever the provider reports them (seed 003 error n°3).
+    """Cached prompt tokens, wherever the provider reports them (docs/design.md, "Cost").
 
     OpenAI: ``prompt_tokens_details.cached_tokens``; some compatible servers:
     ``cached_tokens``; Anthropic-style: ``cache_read_input_tokens``.

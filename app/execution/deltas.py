@@ -1,4 +1,4 @@
-"""Publish one call's stream as ``response.delta`` events (issue 12), while it comes.
+"""Publish one call's stream as ``response.delta`` events, while it comes.
 
 The rule (docs/gateway.md, "The streaming rule"):
 

@@ -7,7 +7,7 @@ simulator (a call of its simulated world). :func:`finish` turns the attempt's
 ``Dispatch`` and its :class:`CallResult` into the ``Outcome`` event and the
 ``AttemptFinished`` feedback the router folds.
 
-The request deadline's rule lives here too (issue 17 §2), for the executor and
+The request deadline's rule lives here too (docs/design.md#robustness), for the executor and
 the simulator alike: a call made with less time left than the provider's
 timeout is cut at the deadline (:func:`call_budget_s`), a deadline that passed
 before the call is :func:`deadline_passed`, and a call cut short by it is

@@ -6,8 +6,8 @@ connection (``stream broken: ReadError``), or carries a chunk that is not JSON
 (``malformed stream chunk``) is a ``bad_response``; one whose first piece of answer
 or next chunk comes too late (the provider's ``ttft_timeout_ms`` and
 ``stream_idle_timeout_ms``, :mod:`app.execution.limits`) is a ``timeout``. Both
-count against the deployment's availability (seed 004: "errors after the stream
-started") and are retried elsewhere (a server that ignores ``stream: true`` and
+count against the deployment's availability (the reliability accounting: errors
+after the stream began) and are retried elsewhere (a server that ignores ``stream: true`` and
 answers JSON is read as an ordinary answer). Once the finish reason and the usage
 have come, the answer is complete: it is not held back waiting for ``[DONE]``, and a
 stall or a hang-up after the finish reason loses nothing. A finish reason
@@ -17,7 +17,7 @@ response looks the same whether the provider streamed or not (text, tool calls a
 refusal; UTF-16 surrogate halves a provider sent in separate chunks are paired again,
 a lone one becomes U+FFFD).
 
-With a :class:`DeltaSink` (``stream: true`` requests, issue 12) every piece of the
+With a :class:`DeltaSink` (``stream: true`` requests) every piece of the
 answer is also handed to the sink as it comes, without waiting (agents/executor.py
 publishes them as ``response.delta`` events).
 """

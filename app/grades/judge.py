@@ -1,4 +1,4 @@
-"""The built-in judge (issue 10 §6), pure: which answers are graded, the judge's request,
+"""The built-in judge, pure: which answers are graded, the judge's request,
 and the score read from its answer.
 
 A route with ``judge: {deployment, sample_rate, rubric, allow_self}`` has a share of

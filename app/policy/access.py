@@ -74,7 +74,7 @@ class Budget(BaseModel):
 
 
 class GatewayKey(BaseModel):
-    """A Bearer API key of the gateway (issue 12), stored as its SHA-256: never the key."""
+    """A Bearer API key of the gateway, stored as its SHA-256: never the key."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

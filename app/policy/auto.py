@@ -1,13 +1,13 @@
-"""A route's ``auto`` router and cache/session ``affinity`` settings (issue 14, seed 004).
+"""A route's ``auto`` router and cache/session ``affinity`` settings.
 
 ``routes.NAME.auto`` makes ``model: "auto"`` pick a model for the request within
 the route's (the workspace's) rules: an objective, a spend profile's hard price
 caps and model patterns. The request cannot change any of them.
 
-``routes.NAME.affinity`` tunes cache affinity, on by default on every route
-(seed 004: "activé par défaut"): a real prompt-cache read pins the request's
-context (its prefix hash) to the deployment that reported it, and a session to
-it when the request has a ``session_id``.
+``routes.NAME.affinity`` tunes cache affinity, on by default on every route: a
+real prompt-cache read pins the request's context (its prefix hash) to the
+deployment that reported it, and a session to it when the request has a
+``session_id``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ Objective = Literal["balanced", "price", "latency", "quality"]
 SpendProfile = Literal["economy", "standard", "premium", "unrestricted", "custom"]
 
 #: Hard caps (USD per 1M input tokens, per 1M output tokens) of each spend profile.
-#: Seed 004 names the profiles; the figures are ours (a model priced above either cap
-#: is not a candidate). ``custom`` takes the config's own caps.
+#: A model priced above either cap is not a candidate; ``custom`` takes the config's
+#: own caps.
 SPEND_PROFILE_CAPS: dict[str, tuple[float | None, float | None]] = {
     "economy": (0.5, 2.0),
     "standard": (3.0, 15.0),

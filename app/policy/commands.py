@@ -1,4 +1,4 @@
-"""``switchyard policy apply|history`` (issue 13), wired up in :mod:`app.cli`.
+"""``switchyard policy apply|history`` (policy versions), wired up in :mod:`app.cli`.
 
 ``apply FILE`` validates a providers file and proposes it: the relay makes it
 the next version on every route (no restart). ``apply --version N`` proposes

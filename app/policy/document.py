@@ -1,4 +1,4 @@
-"""A providers file as a policy document (issue 13): validated, and with no secret in it.
+"""A providers file as a policy document: validated, and with no secret in it.
 
 What travels in a ``policy.proposed`` event is the file with its ``${VARIABLE}``
 references resolved where it is applied — everything a decision reads is fixed in

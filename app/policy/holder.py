@@ -1,6 +1,6 @@
 """The policy in force in this process.
 
-Before a worker follows the policy topic (issue 13), and in tools that never do,
+Before a worker follows the policy topic, and in tools that never do,
 it is the providers file, read once. A worker's :class:`PolicyHolder` then holds
 the :class:`~app.routing.book.PolicyBook` of every version: the router folds each
 route with the version its state names (the same book), and the rest of the

@@ -1,4 +1,4 @@
-"""The policy topic (issue 13): proposing a policy, numbering versions, following them.
+"""The policy topic: proposing a policy, numbering versions, following them.
 
 The topic has one partition; its order is the order of the versions. A proposal
 whose document equals the version in force is no new version (a worker that

@@ -1,7 +1,7 @@
-"""``providers.yaml``: providers (seed 003's fields, seed 000's ``models:``) grouped into routes.
+"""``providers.yaml``: providers (prices, limits, ``models:``) grouped into routes.
 
-A deployment is one (provider, model) pair, named ``provider:model`` as seed 004
-pins them. A route is an alias a request names in ``model`` (``"chat"``) and the
+A deployment is one (provider, model) pair, named ``provider:model`` as a request
+pins it. A route is an alias a request names in ``model`` (``"chat"``) and the
 ordered list of providers it may use; order is the deterministic tie-break.
 
 API keys are interpolated from the environment (``${NAME}``), held as
@@ -31,7 +31,8 @@ from app.policy.dynamic_routes import DynamicRoutes, GraphError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-#: Seed 000's COST_PER_1M table ($ per 1M tokens), resolved by provider-id prefix.
+#: The cost bonus's table ($ per 1M tokens), resolved by provider-id prefix
+#: (docs/design.md#ucb1-and-thompson-sampling).
 SEED_COST_PER_1M: dict[str, float] = {
     "cerebras": 0.20,
     "groq": 0.30,
@@ -87,7 +88,7 @@ class ProviderConfig(BaseModel):
     cost_per_mtok_input: float | None = Field(default=None, ge=0.0)
     cost_per_mtok_output: float | None = Field(default=None, ge=0.0)
     cost_per_mtok_cached_input: float | None = Field(default=None, ge=0.0)
-    #: The single $/1M figure of seed 000's cost bonus. Default: COST_PER_1M by id prefix.
+    #: The single $/1M figure of the cost bonus. Default: the table by id prefix.
     cost_per_mtok: float | None = Field(default=None, ge=0.0)
     max_concurrency: int = Field(default=100, ge=1)
     weight_initial: float = Field(default=0.0, ge=0.0)
@@ -194,7 +195,8 @@ ModeName = Literal["balanced", "price", "latency", "quality", "throughput"]
 
 
 class LocalFirst(BaseModel):
-    """Seed 000 §9 step 4: try a local deployment first; keep its answer when confident."""
+    """Local-first (docs/design.md#routing, step 4): try a local deployment first; keep
+    its answer when confident."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -204,7 +206,8 @@ class LocalFirst(BaseModel):
 
 
 class JudgeConfig(BaseModel):
-    """Issue 10 §6: grade a sampled share of a route's answers with a pinned deployment."""
+    """The built-in judge: grade a sampled share of a route's answers with a pinned
+    deployment."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -239,23 +242,23 @@ class RouteConfig(DataRules):
 
     providers: list[str] = Field(min_length=1)
     max_attempts: int | None = Field(default=None, ge=1, le=10)
-    #: Seed 004: the route's (workspace's) default routing mode.
+    #: The route's (workspace's) default routing mode.
     mode: ModeName | None = None
     local_first: LocalFirst | None = None
-    #: Issue 10: mean cost per request (USD) the budget pacer holds the route to.
+    #: Mean cost per request (USD) the budget pacer holds the route to.
     cost_target_usd: float | None = Field(default=None, gt=0.0)
-    #: Issue 10 §6: the route's built-in judge (app/grades/judge.py), off when absent.
+    #: The route's built-in judge (app/grades/judge.py), off when absent.
     judge: JudgeConfig | None = None
-    #: Issue 14: ``model: "auto"`` on this route (app/policy/auto.py), off when absent.
+    #: ``model: "auto"`` on this route (app/policy/auto.py), off when absent.
     auto: AutoConfig | None = None
-    #: Issue 14: cache/session affinity settings (absent: the defaults, affinity on).
+    #: Cache/session affinity settings (absent: the defaults, affinity on).
     affinity: AffinityConfig | None = None
     #: Opt the route's requests in to its ``status: preview`` deployments.
     preview: bool = False
 
 
 class ProviderLists(DataRules):
-    """Seed 004's provider lists (and a preset's data rules): applied before selection,
+    """Provider lists (and a preset's data rules): applied before selection,
     every exclusion traced."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -295,7 +298,7 @@ class TenantPolicy(ProviderLists):
     #: A name of ``presets``: applied to every request of the tenant.
     preset: str | None = None
     rate_limit: RateLimit | None = None
-    #: Issue 10: mean cost per request (USD) of this tenant's requests (its own pacer).
+    #: Mean cost per request (USD) of this tenant's requests (its own pacer).
     cost_target_usd: float | None = Field(default=None, gt=0.0)
 
 
@@ -309,9 +312,9 @@ class RoutingConfig(BaseModel):
     #: Named presets (app/routing/presets.py), chosen per request, key or tenant.
     presets: dict[str, Preset] = Field(default_factory=dict)
     guardrails: Guardrails = Field(default_factory=Guardrails)
-    #: Issue 13 §3: spending limits, each folded in a ledger of its own.
+    #: Budgets: spending limits, each folded in a ledger of its own.
     budgets: list[Budget] = Field(default_factory=list)
-    #: Issue 13 §2 (seed 004): graphs bound to tenants and API keys (app/policy/dynamic_routes.py).
+    #: Dynamic routes: graphs bound to tenants and API keys (app/policy/dynamic_routes.py).
     dynamic_routes: DynamicRoutes = Field(default_factory=lambda: DynamicRoutes({}))
     #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
     gateway_keys: list[GatewayKey] = Field(default_factory=list)

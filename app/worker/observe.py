@@ -1,4 +1,4 @@
-"""What a worker measures for the dashboard beyond its agents' counters (issue 16 §1).
+"""What a worker measures for the dashboard beyond its agents' counters.
 
 * ``RecordSensor``, a Faust sensor: the age of every record a worker reads, by stream
   (``switchyard_record_age_seconds``: the broker hops a request makes before its provider

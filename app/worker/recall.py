@@ -1,8 +1,8 @@
 """Reading the routing log back: the events a route's waiting requests are in.
 
-The router's fold keeps references to waiting requests, never the requests
-(issue 17). Its memory (:class:`app.routing.driver.Recall`) holds the ones it
-saw go by, up to a bound; after a restart, or past the bound, this reader
+The router's fold keeps references to waiting requests, never the requests (a
+waiting request stays in the log). Its memory (:class:`app.routing.driver.Recall`)
+holds the ones it saw go by, up to a bound; after a restart, or past the bound, this reader
 fetches them from the routing topic at their offsets with a consumer of its own
 (no group, explicit assignment), so a backlog of any size costs the router a
 bounded amount of memory.

@@ -6,9 +6,9 @@ under its own path prefix::
     POST http://127.0.0.1:PORT/<provider-id>/v1/chat/completions
     GET  http://127.0.0.1:PORT/<provider-id>/v1/models
 
-The four models follow seed 003's benchmark table (section 3) and its
-``providers.yaml`` (section 2); ids keep seed 000's cost-prefix convention
-(``openai-``, ``anthropic-``, ``gemini-``, ``deepseek-``).
+The four models are the reference providers (docs/design.md#the-reference-providers):
+their measured latency, success rate and RPM, their prices and limits; ids keep the
+cost table's prefixes (``openai-``, ``anthropic-``, ``gemini-``, ``deepseek-``).
 
 Latency model
     Log-normal fitted to the table's p50 and p95::

@@ -1,4 +1,4 @@
-"""The simulated providers as a judge (issue 10 §6): a judge request gets a parsable score.
+"""The simulated providers as a judge: a judge request gets a parsable score.
 
 A judge request is recognised by its system message, which starts with
 :data:`app.grades.judge.JUDGE_MARKER`. The score is deterministic: drawn from the text being

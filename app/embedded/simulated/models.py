@@ -1,4 +1,7 @@
-"""Seed 003's four models and what one request to them does: ``draw`` (outcome, latency)."""
+"""The four reference providers and what one request to them does: ``draw`` (outcome, latency).
+
+Their figures: docs/design.md#the-reference-providers.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from enum import Enum
 Z95 = 1.6449
 #: z-score of the 99th percentile (only used to report the fit's implied p99).
 Z99 = 2.3263
-#: Seed 003's workload: 250 output tokens per request.
+#: The reference workload: 250 output tokens per request.
 DEFAULT_COMPLETION_TOKENS = 250
 #: A 429 is returned after this fraction of the drawn latency.
 RATE_LIMIT_LATENCY_FRACTION = 0.05
@@ -23,7 +26,7 @@ RETRY_AFTER_S = 1.0
 
 @dataclass(frozen=True)
 class SimulatedModel:
-    """One simulated provider: seed 003's benchmark row plus its providers.yaml entry."""
+    """One simulated provider: its measured row plus its providers.yaml entry."""
 
     provider_id: str
     model: str
@@ -52,7 +55,7 @@ class SimulatedModel:
         return math.exp(self.mu + Z99 * self.sigma)
 
 
-#: Seed 003, section 3 (latency, success, RPM) and section 2 (prices, limits).
+#: The reference providers: latency, success, RPM, prices and limits.
 SEED_003_MODELS: tuple[SimulatedModel, ...] = (
     SimulatedModel(
         "openai-gpt-4.1", "gpt-4.1", 720, 850, 1240, 0.9982, 1800,

@@ -81,7 +81,7 @@ class _Provider:
 
 
 class SimulatedProviders:
-    """Seed 003's providers behind one local aiohttp server.
+    """The reference providers behind one local aiohttp server.
 
     ``async with SimulatedProviders(seed=7) as sim: sim.base_url("deepseek-v3.2")``
     """

@@ -1,4 +1,4 @@
-"""``stream: true`` answers of the simulated providers, and their stream faults (issue 12).
+"""``stream: true`` answers of the simulated providers, and their stream faults.
 
 A streamed answer is OpenAI's server-sent ``chat.completion.chunk`` events: a role
 chunk, the content in pieces of :data:`CHUNK_CHARS`, the finish reason, a usage chunk
