@@ -272,5 +272,5 @@ decisions_topic = Publisher(settings.topics.decisions)
 outcomes_topic = Publisher(settings.topics.outcomes)
 responses_topic = Publisher(settings.topics.responses)
 deadletter_topic = Publisher(settings.topics.deadletter)
-#: One partition: its order numbers the policy versions (issue 13).
+#: One partition: its order numbers the policy versions.
 policy_topic = app.topic(settings.topics.policy, key_type=bytes, value_type=bytes, partitions=1)

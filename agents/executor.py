@@ -218,7 +218,8 @@ async def _call_in_time(
 
     Running out of the request's time is ``expired``, not the provider's ``timeout``: the
     deadline passed before the call, or the call was cut short by it (the time left was
-    less than the provider's timeout, and the call used all of it) (issue 17 §2).
+    less than the provider's timeout, and the call used all of it): deadlines and blame,
+    docs/design.md#robustness.
     """
     backoff = dispatch.not_before - time.time()
     if backoff > 0:

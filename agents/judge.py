@@ -1,4 +1,4 @@
-"""The built-in judge (issue 10 §6): ask for a grade, read the grade, publish it as feedback.
+"""The built-in judge: ask for a grade, read the grade, publish it as feedback.
 
 * :func:`request_judgement` runs in the executor right after it published a successful
   answer: when the route has a judge and the answer is sampled (:mod:`app.grades.judge`), the

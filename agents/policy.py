@@ -1,4 +1,4 @@
-"""Policy as events (issue 13): the relay, the follower and SIGHUP.
+"""Policy as events: the relay, the follower and SIGHUP.
 
 * The relay (an agent on the one-partition policy topic, so one worker runs it)
   copies each new version onto the routing log: one ``policy.changed`` per route
@@ -9,7 +9,7 @@
 * Every worker follows the topic (:class:`app.policy.log.PolicyFollower`), so its
   book knows every version a route's state may name; the router folds
   ``policy.changed`` itself and adds the document to the same book.
-* SIGHUP (seed 003) re-reads the providers file: valid, it is proposed; invalid,
+* SIGHUP re-reads the providers file: valid, it is proposed; invalid,
   one line naming the field is logged and the policy in force stays.
 """
 

@@ -1,4 +1,4 @@
-"""Replies for the gateways (issue 12): a copy of a response where its request asked.
+"""Replies for the gateways: a copy of a response where its request asked.
 
 A request the gateway published carries ``reply_to`` (a partition of the replies
 topic the gateway owns). Whoever publishes the response (the executor for a

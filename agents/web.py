@@ -1,5 +1,5 @@
 """The worker's HTTP views: Prometheus ``/metrics``, the probes ``/healthz`` and ``/readyz``,
-seed 000's bandit statistics, traces.
+the bandit statistics, traces.
 
 None of them carries prompt or completion text. Who may read them: app/web_auth.py
 (the probes open; ``/metrics`` open unless ``SWITCHYARD_METRICS_TOKEN`` is set; everything
@@ -86,7 +86,7 @@ class BanditStatsView(web.View):
 
 @app.page("/admin/budgets")
 class BudgetsView(web.View):
-    """Issue 13 §3: each budget's spend, holds, waiting asks and what remains, as the
+    """Each budget's spend, holds, waiting asks and what remains, as the
     ledgers this worker folds hold them (a worker holds the ledgers of its partitions)."""
 
     async def get(self, request: web.Request) -> web.Response:
@@ -150,7 +150,7 @@ def served_routes() -> list[dict[str, Any]]:
 class TraceView(web.View):
     """``switchyard audit REQUEST_ID --json``, over HTTP. With a console
     (``SWITCHYARD_CONSOLE_URL``): a redirect to its store-backed trace, whose cost does not
-    grow with the log (issue 15); without one, read from the topics on each call."""
+    grow with the log; without one, read from the topics on each call."""
 
     async def get(self, request: web.Request, request_id: str) -> web.Response:
         if settings.console_url is not None:

@@ -1,4 +1,4 @@
-"""``switchyard bench affinity``: cache/session affinity's hit rate and cost (issue 14).
+"""``switchyard bench affinity``: cache/session affinity's hit rate and cost.
 
 Multi-turn conversations over 4 identical deployments whose simulated prompt caches
 report cached tokens only for a prefix they saw in the last 5 minutes
@@ -9,7 +9,7 @@ question; its later turns carry the whole history.
 
 Scenarios (the same conversations, seeded, each from a cold start):
 
-* ``sessions, affinity on`` — requests carry a ``session_id`` (seed 004's default);
+* ``sessions, affinity on`` — requests carry a ``session_id`` (affinity on: the default);
 * ``contexts, affinity on`` — no session id: the prompt prefix is pinned;
 * ``affinity off`` — the route's affinity disabled: the strategy alone (UCB1);
 * the same three with a short system prompt (nothing cacheable before a

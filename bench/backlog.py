@@ -1,6 +1,6 @@
 """``switchyard bench backlog``: the worker stopped under steady load, then restarted.
 
-Issue 17, "Deadlines and blame". Two light mocks (20 ms) behind one route, each
+Deadlines and blame (docs/design.md#robustness). Two light mocks (20 ms) behind one route, each
 deployment at ``max_concurrency: 500``, the embedded broker and one worker
 process. Requests go to ``llm.requests`` at ``--rate`` (default 20/s, on a fixed
 schedule) for the whole run: ``--warm-up-s`` (30) with the worker up, then the

@@ -1,6 +1,6 @@
 """``switchyard bench burst``: N requests published at once; does the log absorb the burst?
 
-Issue 17, "Backpressure, not refusal". Two light mocks (``--latency-ms``, default
+Waiting, not refusing (docs/design.md#robustness). Two light mocks (``--latency-ms``, default
 20) behind one route, each deployment at ``max_concurrency: 500``
 (``--max-concurrency``), the embedded broker and one worker process. After one
 warm-up request is answered, ``--requests`` (default 10,000) requests go to

@@ -6,7 +6,7 @@ worker with SIGKILL ``--kills`` times at even intervals and restarts it at
 once (same local state directory). Then checks, from the topics alone:
 every request answered, how many responses were duplicates, and whether the
 bandit's total pulls equal the number of distinct attempt outcomes that are not
-neutral (seed 004's accounting: a client error, a 429, a passed deadline is no pull).
+neutral (the reliability accounting: a client error, a 429, a passed deadline is no pull).
 
 Every unanswered request gets its trail printed: each record that names it on
 every topic (partition, offset, log time relative to the start of the run),

@@ -1,4 +1,4 @@
-"""``switchyard bench feedback``: a feedback storm with live traffic; nothing lost (issue 10).
+"""``switchyard bench feedback``: a feedback storm with live traffic; nothing lost.
 
 On a one-worker embedded stack: ``--base`` requests are answered first; then
 ``--feedback`` feedback records (default 10,000) go to ``llm.feedback`` at

@@ -1,7 +1,8 @@
-"""``switchyard bench outage``: seed 003's 47-minute outage, time-compressed, on the live stack.
+"""``switchyard bench outage``: the 47-minute outage, time-compressed, on the live stack.
 
-Four real ``llmock`` servers stand in for seed 003's providers (fixed latency per
-provider, p50 of the seed's table scaled down); the embedded broker and
+The scenario: docs/design.md#the-47-minute-outage. Four real ``llmock`` servers
+stand in for the reference providers (fixed latency per provider, p50 of their
+table scaled down); the embedded broker and
 ``--workers`` worker processes (default 2) route between them. After a steady
 phase, the deployment the strategy chose most for first attempts so far
 answers 503 to everything for 47 simulated minutes, then recovers. Time is
@@ -233,7 +234,7 @@ async def _warm_up(stack: EmbeddedStack, settle_s: float) -> None:
 def run(args: argparse.Namespace) -> int:
     results = [asyncio.run(run_one(s, args)) for s in args.strategies.split(",")]
     print(
-        f"seed 003 outage: each strategy's favourite deployment down {OUTAGE_MIN:g} "
+        f"outage: each strategy's favourite deployment down {OUTAGE_MIN:g} "
         "simulated minutes, "
         f"compression {args.compression:g}x, {args.workers} worker(s) "
         "(times below are simulated seconds, except trip → all workers: real ms)"

@@ -1,7 +1,7 @@
 """``switchyard bench poison``: malformed records among valid ones; no crash, nothing lost.
 
 Publishes the 10,030 malformed records of ``bench.poison_records`` (every kind
-issue 17 names: not JSON, not an object, schema violations, unknown routes,
+of poison record: not JSON, not an object, schema violations, unknown routes,
 oversized, 10k-level and 65-level nesting, 5,000-digit and 101-digit integers,
 NaN, lone surrogates in text, metadata, keys and tenant) with ``--valid`` valid
 requests interleaved (three of them 999.7 KB, just under the limit), at

@@ -1,4 +1,4 @@
-"""``switchyard bench realdata``: graded prompts replayed through the live router (issue 10).
+"""``switchyard bench realdata``: graded prompts replayed through the live router.
 
     switchyard bench realdata --data ../shared/data/routing-val.jsonl --json results/realdata.json
 

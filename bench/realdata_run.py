@@ -48,8 +48,8 @@ ROUTE = "chat"
 ORIGIN = 1_767_225_600.0
 LATENCY_MS = 800.0
 #: Public list prices ($ per 1M input / output tokens) of the models the shared data
-#: uses: the configured prices an operator would write. Any other model gets seed 000's
-#: default figure, and the router learns its real cost from its outcomes.
+#: uses: the configured prices an operator would write. Any other model gets the cost
+#: bonus's default figure, and the router learns its real cost from its outcomes.
 LIST_PRICES: dict[str, tuple[float, float]] = {
     "meta-llama/llama-3.1-8b-instruct": (0.02, 0.05),
     "mistralai/mistral-large-2512": (0.5, 1.5),

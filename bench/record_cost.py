@@ -1,6 +1,6 @@
 """``switchyard bench record_cost``: what one Kafka record costs a Faust worker here.
 
-Why: issue 11 asks for <= 1.5 ms of worker CPU per request. A request is a fixed
+Why: the performance targets ask for <= 1.5 ms of worker CPU per request. A request is a fixed
 number of record operations (records the worker consumes and produces, changelog
 records included), each paid in the Faust/aiokafka stack before any routing
 work. This bench measures those two prices on this machine, with the worker's own

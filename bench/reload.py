@@ -1,4 +1,4 @@
-"""``switchyard bench reload``: policy changes under traffic on two workers (issue 13).
+"""``switchyard bench reload``: policy changes under traffic on two workers.
 
 Three light mocks serve ``--routes`` routes (default 4, on distinct partitions of
 a 4-partition routing log, so both workers route). ``--requests`` (default 5,000)

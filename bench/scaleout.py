@@ -1,6 +1,7 @@
 """``switchyard bench scaleout``: workers join and leave under steady traffic; 2 workers vs 1.
 
-Issue 11 §6. Three light mocks (``--latency-ms``, default 20; each its own
+Workers join and leave and nothing waits forever (docs/design.md#robustness). Three
+light mocks (``--latency-ms``, default 20; each its own
 process on 127.0.0.1) serve three deployments on every one of ``--routes``
 routes (default 12), whose names are picked so that their keys land on distinct
 partitions of the 12-partition routing log: the routes spread evenly over the

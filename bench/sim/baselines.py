@@ -1,8 +1,8 @@
 """Policies that exist only in the simulator, to compare the live router against.
 
 * ``round_robin``: every deployment in turn, config order, no health tracking.
-* ``static_priority``: a fixed priority list with seed 000's circuit breaker (the
-  functions of :mod:`app.routing.breaker`, seed 004's accounting) and the live
+* ``static_priority``: a fixed priority list with the circuit breaker (the
+  functions of :mod:`app.routing.breaker`, the reliability accounting) and the live
   router's Retry-After cooldown. The list is the ranking an operator would write
   after an offline benchmark: deployments by expected utility at t = 0 (ties:
   config order).

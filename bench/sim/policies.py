@@ -3,7 +3,7 @@
 A name is a simulator-only baseline (``round_robin``, ``static_priority``,
 ``oracle``) or a ``BANDIT_STRATEGY`` value, run by the live router's fold,
 optionally followed by settings: ``composite+CB_MODE=ewma`` is the composite
-strategy with seed 003's EWMA breaker, ``adaptive+ADAPTIVE_QUALITY_PRIORS=false``
+strategy with the EWMA breaker, ``adaptive+ADAPTIVE_QUALITY_PRIORS=false``
 the recommended strategy without the config's quality priors. A name
 ``RoutingParams`` does not accept is skipped, with the reason.
 """

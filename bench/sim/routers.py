@@ -129,7 +129,8 @@ class ExplicitParams(RoutingParams):
 def routing_params(
     strategy: str | None = None, settings: Mapping[str, str] | None = None
 ) -> RoutingParams:
-    """Seed 000's defaults, with ``BANDIT_STRATEGY`` and any other variable set when given.
+    """The default routing parameters, with ``BANDIT_STRATEGY`` and any other variable set
+    when given.
 
     ``settings`` maps variable names (``CB_MODE``, ``BANDIT_EXPLORATION_BONUS`` ...) to
     values. Raises ``pydantic.ValidationError`` for a value ``RoutingParams`` does not accept.

@@ -1,13 +1,14 @@
-"""Scenarios S1–S8 of issue 5, on seed 003's providers.
+"""Scenarios S1–S8 of ``switchyard bench quality``, on the reference providers
+(docs/design.md#the-reference-providers; the scenarios: docs/benchmarks.md#bench-quality).
 
 Every scenario lasts two hours of simulated time (``DURATION_S``); the arrival
 rate is ``requests / DURATION_S``, so a smaller run is a sparser one, never a
 shorter one: a 47-minute outage always lasts 47 minutes.
 
-Acceptance (P(a user accepts a successful answer)) is not in seed 003; it is
-derived from the table's MMLU-Pro score: ``round(MMLU-Pro/100 + 0.12, 2)``.
+Acceptance (P(a user accepts a successful answer)) is not in the reference table; it
+is derived from each model's MMLU-Pro score: ``round(MMLU-Pro/100 + 0.12, 2)``.
 "The best" deployment is the one with the highest expected utility in a quiet
-world (:func:`bench.sim.world.best_deployment`); with seed 003's table and the
+world (:func:`bench.sim.world.best_deployment`); with the reference table and the
 utility's λs it is Gemini 2.5 Flash.
 """
 
@@ -35,7 +36,7 @@ from bench.sim.world import (
 
 ROUTE = "chat"
 DURATION_S = 7200.0
-#: Seed 003 §3: MMLU-Pro score of each model.
+#: MMLU-Pro score of each reference model.
 MMLU_PRO = {
     "openai-gpt-4.1": 78.4,
     "anthropic-claude-sonnet-4.5": 79.1,
@@ -48,7 +49,7 @@ NEWCOMER = SimulatedModel(
     0.20, 0.60, 400, 0.05, 270, 8_000,
 )  # fmt: skip
 NEWCOMER_ACCEPTANCE = 0.86
-#: Seed 000 §6's domains, each with a prompt its detector would classify.
+#: The 15 domains, each with a prompt its detector would classify.
 DOMAIN_PROMPTS = {
     "math": "Calcule la dérivée de cette équation.",
     "coding": "Debug this python function and add a pytest.",
@@ -104,7 +105,7 @@ def s1() -> Scenario:
     return Scenario(
         "S1",
         "stationary",
-        "Seed 003's four providers, nothing changes.",
+        "The four reference providers, nothing changes.",
         truths,
         _config([t.model for t in truths]),
     )
@@ -195,7 +196,8 @@ def s6() -> Scenario:
     return Scenario(
         "S6",
         "16 providers",
-        "Seed 003's four plus twelve generated ones (p50 250-1500 ms, acceptance 0.72-0.88).",
+        "The four reference providers plus twelve generated ones (p50 250-1500 ms, "
+        "acceptance 0.72-0.88).",
         truths,
         _config([t.model for t in truths]),
     )
@@ -227,10 +229,10 @@ def s7() -> Scenario:
     return Scenario(
         "S7",
         "15 domains",
-        "Requests spread evenly over seed 000's 15 domains (prompts the ingest's detector "
+        "Requests spread evenly over the 15 domains (prompts the ingest's detector "
         "classifies); each domain has one expert provider (+0.06 acceptance; the others "
         "-0.12 to +0.03) with a specialised model (+0.03 more). The live router sends a "
-        "domain's requests to its specialists only (seed 000 section 6); the baselines "
+        "domain's requests to its specialists only; the baselines "
         "see the default models; the oracle chooses among both.",
         (*truths, *specialists),
         _config([t.model for t in truths], extra_models),

@@ -1,7 +1,7 @@
 """Ground truth of the quality simulator: what each deployment really does, at each moment.
 
-A :class:`Scenario` is a list of deployments with their true behaviour (seed 003's
-table: log-normal latency from p50/p95, success rate, prices; plus an acceptance
+A :class:`Scenario` is a list of deployments with their true behaviour (the reference
+providers' table: log-normal latency from p50/p95, success rate, prices; plus an acceptance
 rate, optionally per domain) and a list of *changes* over simulated time
 (outages, latency drift, quality regressions, late arrivals, 429 storms).
 A :class:`World` is one run's view of it; it is stateful only through the
@@ -45,7 +45,7 @@ from app.policy.schema import ProviderConfig, RoutingConfig, deployment_id
 
 #: Epoch seconds of simulated t = 0 (2026-01-01T00:00:00Z): events carry ORIGIN + t.
 ORIGIN = 1_767_225_600.0
-#: Seed 003's workload: every request has 800 input and 250 output tokens.
+#: The reference workload: every request has 800 input and 250 output tokens.
 TOKENS_IN = 800
 TOKENS_OUT = 250
 #: Utility of one dollar spent: an accepted answer is worth $0.05.

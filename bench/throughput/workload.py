@@ -1,8 +1,9 @@
-"""What every side is asked to do, and the issue's targets for one worker process."""
+"""What every side is asked to do, and the performance targets for one worker process."""
 
 from __future__ import annotations
 
-#: Issue 11's targets for one worker process: added latency at the light rate (20 req/s),
+#: The performance targets for one worker process (docs/design.md#performance-targets):
+#: added latency at the light rate (20 req/s),
 #: requests/s at saturation (and at least 4x LiteLLM's), worker CPU per request at
 #: saturation, peak RSS, and a 16-candidate decision's p99 (thompson has its own).
 TARGET_RPS = 500.0
