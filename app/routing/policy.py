@@ -1,4 +1,4 @@
-"""The configuration a routing decision depends on: providers.yaml plus the seed parameters."""
+"""The configuration a routing decision depends on: providers.yaml plus the routing parameters."""
 
 from __future__ import annotations
 

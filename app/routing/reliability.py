@@ -93,7 +93,7 @@ MODEL_MISMATCHES = frozenset(
 
 def moves_on(error_type: str, http_status: int | None, code: str | None = None) -> bool:
     """Whether an error answer is a failure another model may rescue: every retriable
-    result (429, 5xx of the seed's list, timeouts, connection errors, broken or cut
+    result (429, the retriable 5xx, timeouts, connection errors, broken or cut
     streams, with or without an HTTP status), a route that had no deployment left to
     try (503), or a model that cannot serve the request (its context window, its
     capabilities, the request's data and price rules, the provider lists). Another
