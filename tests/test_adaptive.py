@@ -18,13 +18,13 @@ from factories import (
     route_state,
 )
 
+from app.contract.mode import RoutingMode
 from app.events import StatusClass
 from app.routing import adaptive, strategies
 from app.routing.feedback import apply_outcome
 from app.routing.params import Strategy
 from app.routing.policy import Policy
 from app.routing.state import ArmState, Breaker, BreakerPhase, Recent, Sums
-from app.understanding.modes import RoutingMode
 
 PARAMS = params(strategy=Strategy.ADAPTIVE)
 CHEAP = provider(

@@ -12,6 +12,7 @@ from log_harness import Log
 
 from app.audit.replay import replay
 from app.audit.synthetic import Profile, synthetic_log
+from app.contract.mode import RoutingMode
 from app.events import Decision, StatusClass
 from app.policy.schema import ConfigError, RoutingConfig, parse_config
 from app.routing import tail
@@ -21,7 +22,6 @@ from app.routing.policy import Policy
 from app.routing.rows import dumps, loads, to_row
 from app.routing.state import ArmState
 from app.routing.strategies import composite
-from app.understanding.modes import RoutingMode
 
 # --------------------------------------------------------------------------- helpers
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from factories import T0
 
+from app.contract.mode import RoutingMode
 from app.events import ChatMessage, ChatRequest
 from app.routing import bandit
 from app.routing.rate_window import RateWindow, admit, prune, retry_after_s, window_index
@@ -21,7 +22,6 @@ from app.understanding.modes import (
     MODE_WEIGHTS,
     ModelRef,
     ModeWeights,
-    RoutingMode,
     effective_mode,
     parse_mode,
     parse_model_id,

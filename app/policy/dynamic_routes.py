@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
-from app.understanding.modes import RoutingMode
+from app.contract.mode import RoutingMode
 
 #: Seed 004: "Une route peut enregistrer jusqu'à huit modèles de repli".
 MAX_FALLBACK_MODELS = 8

@@ -34,6 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from app.contract.mode import RoutingMode
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.policy.auto import AUTO_MODEL, AutoConfig
 from app.policy.schema import ProviderConfig, deployment_id
@@ -44,7 +45,7 @@ from app.routing.policy import Arm, Policy
 from app.routing.presets import model_allowed
 from app.routing.select import Selection
 from app.routing.state import RouteState
-from app.understanding.modes import ModeChoice, RoutingMode
+from app.understanding.modes import ModeChoice
 
 ALGORITHM_VERSION = "auto-router/1"
 FLOOR_BASE, FLOOR_SPAN = 0.5, 0.45

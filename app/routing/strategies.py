@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from app.contract.mode import RoutingMode
 from app.events import Candidate
 from app.routing import adaptive, bandit, context, estimates, tail
 from app.routing.capabilities import Needs, model_spec
@@ -25,7 +26,6 @@ from app.understanding.modes import (
     DEFAULT_MODE,
     MODE_WEIGHTS,
     ModeWeights,
-    RoutingMode,
     throughput_bonus,
 )
 

@@ -44,17 +44,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Literal
 
-
-class RoutingMode(StrEnum):
-    BALANCED = "balanced"
-    PRICE = "price"
-    LATENCY = "latency"
-    QUALITY = "quality"
-    THROUGHPUT = "throughput"
-
+from app.contract.mode import RoutingMode
 
 DEFAULT_MODE = RoutingMode.BALANCED
 
