@@ -7,6 +7,12 @@ id. A gateway killed mid-request loses nothing: the request completes in the log
 any gateway finds the answer here (trade-off: a response older than the window is not
 found, and a lookup costs reading up to ``window`` records of one partition; keeping
 answers in the gateway instead would be free but dies with it).
+
+Where the log position is known there is no window: a Responses API turn names its
+request record's position (its response id) and where its answer will be (its
+``turn``, app/contract/turn.py), so :meth:`ResponseLookup.request_at` reads the record
+at its position and :meth:`ResponseLookup.response_after` reads forward from that
+position until the answer, however old both are.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
-from app.events import Response
+from app.events import LogPosition, Response
 from app.kafka import client_security
 
 #: Give up on a lookup after this long.
@@ -49,17 +55,42 @@ class ResponseLookup:
         self._lock = asyncio.Semaphore(4)  # lookups at once
 
     async def find(self, request_id: str) -> Response | None:
-        return await self._find(self.topic, request_id, _response)
+        found = await self._find(self.topic, request_id, _response)
+        return found[0] if found is not None else None
 
     async def find_request(self, request_id: str) -> dict[str, Any] | None:
         """The ``llm.requests`` record of ``request_id`` (the gateway's JSON), if in the window."""
+        found = await self.request_at(request_id)
+        return found[0] if found is not None else None
+
+    async def request_at(
+        self, request_id: str, position: LogPosition | None = None
+    ) -> tuple[dict[str, Any], LogPosition] | None:
+        """The ``llm.requests`` record of ``request_id`` and where it is: the record at
+        ``position`` exactly (one fetch, however old; None when the record there is not
+        that request's), or without a position the first in the window."""
         if self.requests_topic is None:
             return None
+        if position is not None:
+            return await self._find(position.topic, request_id, _request, position, 1)
         return await self._find(self.requests_topic, request_id, _request)
 
+    async def response_after(
+        self, request_id: str, position: LogPosition
+    ) -> tuple[Response, LogPosition] | None:
+        """The response of ``request_id`` at or after ``position`` on its partition (where
+        its request said its answer would be), and where it is: read forward from there,
+        however old, to the partition's end (no window)."""
+        return await self._find(position.topic, request_id, _response, position)
+
     async def _find(
-        self, topic: str, request_id: str, parse: Callable[[bytes | None, str], T | None]
-    ) -> T | None:
+        self,
+        topic: str,
+        request_id: str,
+        parse: Callable[[bytes | None, str], T | None],
+        start: LogPosition | None = None,
+        count: int | None = None,
+    ) -> tuple[T, LogPosition] | None:
         async with self._lock:
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap,
@@ -71,7 +102,8 @@ class ResponseLookup:
             await consumer.start()
             try:
                 return await asyncio.wait_for(
-                    self._scan(consumer, topic, request_id, parse), timeout=LOOKUP_TIMEOUT_S
+                    self._scan(consumer, topic, request_id, parse, start, count),
+                    timeout=LOOKUP_TIMEOUT_S,
                 )
             except TimeoutError:
                 return None
@@ -84,24 +116,37 @@ class ResponseLookup:
         topic: str,
         request_id: str,
         parse: Callable[[bytes | None, str], T | None],
-    ) -> T | None:
+        start: LogPosition | None,
+        count: int | None,
+    ) -> tuple[T, LogPosition] | None:
+        """The first record keyed ``request_id`` that ``parse`` accepts: from ``start`` (at
+        most ``count`` records from it), else in the window before the key's partition's end."""
         key = request_id.encode()
-        count = len(await _partitions(consumer, topic))
-        tp = TopicPartition(topic, partition_of(key, count))
+        partitions = await _partitions(consumer, topic)
+        if start is not None and start.partition not in partitions:
+            return None
+        partition = start.partition if start else partition_of(key, len(partitions))
+        tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         first = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]  # may be short of the true end
-        consumer.seek(tp, max(first, end - self.window))
+        begin = max(first, end - self.window) if start is None else max(first, start.offset)
+        stop = None if start is None or count is None else start.offset + count
+        if stop is not None and begin >= min(stop, end):
+            return None  # not (or no longer) on the log
+        consumer.seek(tp, min(begin, end))
         idle = 0
         while idle < 2:  # read past the reported end until nothing more comes
             batches = await consumer.getmany(tp, timeout_ms=200)
             records = batches.get(tp, [])
             idle = idle + 1 if not records and await consumer.position(tp) >= end else 0
             for record in records:
+                if stop is not None and record.offset >= stop:
+                    return None
                 if record.key == key:
                     found = parse(record.value, request_id)
                     if found is not None:
-                        return found
+                        return found, _at(tp, record.offset)
         return None
 
 
@@ -111,6 +156,10 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     if not found:
         raise LookupError(f"topic {topic!r} does not exist")
     return set(found)
+
+
+def _at(tp: TopicPartition, offset: int) -> LogPosition:
+    return LogPosition(topic=tp.topic, partition=tp.partition, offset=offset)
 
 
 def _response(value: bytes | None, request_id: str) -> Response | None:

@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +48,10 @@ POLICY_POLL_S = 1.0
 #: Beyond the request deadline, how long the router may take to answer a lost attempt.
 ANSWER_GRACE_S = 15.0
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")
+
+
+#: Told where a published request's record is (its topic, partition and offset).
+Sent = Callable[[LogPosition], None]
 
 
 @dataclass(frozen=True)
@@ -149,12 +153,20 @@ class Gateway:
     def wait_s(self) -> float:
         return self.settings.routing.request_deadline_s + ANSWER_GRACE_S
 
-    def prepare(self, body: Any, key: GatewayKey, asked_id: str | None) -> Prepared:
-        """The checked record for ``body``; GatewayError when ingest would refuse it."""
+    def prepare(
+        self,
+        body: Any,
+        key: GatewayKey,
+        asked_id: str | None,
+        extra: dict[str, Any] | None = None,
+    ) -> Prepared:
+        """The checked record for ``body``; GatewayError when ingest would refuse it.
+        ``extra``: fields the gateway itself sets on the event (never a body's)."""
         request_id = event_request_id(key, asked_id)
         event = request_event(
             body, request_id, key.tenant, self.reply_to, key.name, key.preset, key.routes
         )
+        event.update(extra or {})
         try:
             value = json.dumps(event, separators=(",", ":"), allow_nan=False).encode()
         except ValueError:  # NaN/Infinity in the body
@@ -180,13 +192,14 @@ class Gateway:
             message = f"gateway busy: {self.waiter.waiting} requests waiting"
             raise GatewayError(429, message, "gateway_busy", retry_after_s=1.0)
 
-    async def submit(self, prepared: Prepared) -> Response:
+    async def submit(self, prepared: Prepared, sent: Sent | None = None) -> Response:
         """Publish, then wait for the reply up to :attr:`wait_s` (then find the answer on
-        ``llm.responses``, or answer 504 ``gateway_timeout`` with a retry hint)."""
+        ``llm.responses``, or answer 504 ``gateway_timeout`` with a retry hint).
+        ``sent``: told where the request's record is once the broker has it."""
         self.check_room()
         future = self.waiter.expect(prepared.request_id)
         try:
-            await self._send(prepared)
+            _told(sent, await self._send(prepared))
             return await asyncio.wait_for(asyncio.shield(future), timeout=self.wait_s)
         except TimeoutError:
             found = await self.lookup.find(prepared.request_id)
@@ -199,16 +212,17 @@ class Gateway:
             self.waiter.forget(prepared.request_id)
 
     async def stream_items(
-        self, prepared: Prepared
+        self, prepared: Prepared, sent: Sent | None = None
     ) -> AsyncGenerator[StreamDelta | Response | None, None]:
         """Publish, then yield the request's deltas and answer as they come; at the end of
         the wait (:attr:`wait_s`), what came during the lookup on ``llm.responses``, then
-        the answer found there or None. Close it when done."""
+        the answer found there or None. Close it when done. ``sent``: as for
+        :meth:`submit`, before the first item."""
         self.check_room()
         inbox = self.waiter.expect_stream(prepared.request_id)
         loop = asyncio.get_running_loop()
         try:
-            await self._send(prepared)
+            _told(sent, await self._send(prepared))
             deadline = loop.time() + self.wait_s
             while True:
                 try:
@@ -223,12 +237,14 @@ class Gateway:
         finally:
             self.waiter.forget(prepared.request_id)
 
-    async def _send(self, prepared: Prepared) -> None:
+    async def _send(self, prepared: Prepared) -> LogPosition:
+        """Publish the request's record; where the broker put it."""
         try:
             key = prepared.request_id.encode()
-            await self._producer.send_and_wait(
+            sent = await self._producer.send_and_wait(
                 self.settings.topics.requests, value=prepared.value, key=key
             )
+            return LogPosition(topic=sent.topic, partition=sent.partition, offset=sent.offset)
         except Exception as exc:
             message = f"could not publish the request ({type(exc).__name__})"
             raise GatewayError(503, message, "broker_unavailable", retry_after_s=1.0) from None
@@ -276,6 +292,11 @@ class Gateway:
             for name, deployment in sorted(self.config.named_models.items())
         ]
         return entries
+
+
+def _told(sent: Sent | None, position: LogPosition) -> None:
+    if sent is not None:
+        sent(position)
 
 
 def _model(name: str, kind: str) -> dict[str, Any]:
