@@ -14,7 +14,8 @@ and recorded decisions the log cannot produce are reported apart. A decision
 recorded twice (at-least-once delivery) counts once when both copies agree; a
 request redelivered after its attempt closed is routed again under the same
 decision id, and the copies are then paired in log order.
-The router answers every request from the fold, so every response on
+The fold derives every response (the router publishes the errors, the executor a
+successful answer, as the same record), so every response on
 ``llm.responses`` is re-derived and compared the same way (a completion's text
 is compared but never printed). Every ``GradeApplied`` is also checked against the
 feedback and the answer it was derived from (:mod:`app.audit.grades`).
@@ -73,7 +74,8 @@ __all__ = [
 @dataclass
 class Rederived:
     decisions: list[Decision] = field(default_factory=list)
-    #: Responses: the router answers every request from the fold.
+    #: Responses: every one the fold derives (errors the router publishes, successful
+    #: answers the executor publishes as the same record).
     responses: list[Response] = field(default_factory=list)
     states: dict[str, RouteState] = field(default_factory=dict)
     #: The policy versions the log carried, with their config hashes.

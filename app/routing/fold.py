@@ -5,8 +5,10 @@ finish the step by taking waiting requests off the line and parked attempts
 whose wait is over, from events the driver recalls from the log
 (:mod:`app.routing.driver`, the one loop every user drives the fold with: the
 live router, replay, counterfactual, simulator, benches). Nothing else changes
-routing state, and nothing else answers a request: the router publishes every
-response, so a request's life has one writer.
+routing state, and nothing else decides a request's answer: the fold derives every
+response, so a request's life has one writer. The router publishes the errors; a
+successful answer is published by the executor that received it, as the same record
+the fold derives from its feedback (which says so: the router does not send it again).
 
 Idempotency: an event at or below the row's position was already folded (a
 redelivery after a crash) and changes nothing. An attempt's outcome is applied
