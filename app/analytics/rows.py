@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.audit.explain import _SHOWN as DECISION_SHOWN
+from app.audit.decision_fields import COLUMNS as DECISION_COLUMNS
+from app.audit.decision_fields import context_of
 from app.events import (
     Decision,
     FeedbackAccepted,
@@ -70,49 +71,17 @@ def _json(value: Any) -> str:
 # --------------------------------------------------------------------------- public topics
 
 
-_DECISION_COLUMNS = (
-    "id",
-    "request_id",
-    "attempt",
-    "route",
-    "deployment",
-    "provider",
-    "model",
-    "strategy",
-    "algorithm_version",
-    "config_hash",
-    "state_version",
-    "propensity",
-    "prompt_sha256",
-    "prompt_chars",
-)
-
-
 def decision_row(decision: Decision) -> Row:
-    dumped = decision.model_dump(mode="json")
-    details = {k: v for k, v in dumped.items() if k not in DECISION_SHOWN}
-    row: Row = {name: dumped[name] for name in _DECISION_COLUMNS}
-    for name in (
-        "selection_rule",
-        "policy_version",
-        "domain",
-        "candidate_filter",
-        "mode",
-        "mode_source",
-        "context",
-        "context_level",
-        "context_depth",
-        "pacer_multiplier",
-        "cost_target_usd",
-    ):
-        row[name] = dumped.get(name)
+    """Its columns (app/audit/decision_fields.py), candidates and exclusions as JSON, and
+    its context fields as ``details``."""
+    dumped = decision.model_dump(mode="json", include={"candidates", "excluded"})
+    row: Row = {name: getattr(decision, name) for name in DECISION_COLUMNS}
     row.update(
-        occurred_at=decision.occurred_at,
         n_candidates=len(decision.candidates),
         n_excluded=len(decision.excluded),
         candidates=_json(dumped["candidates"]),
         excluded=_json(dumped["excluded"]),
-        details=_json(details),
+        details=_json(context_of(decision)),
     )
     return row
 

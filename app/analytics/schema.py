@@ -11,8 +11,11 @@ metadata (id, model, finish reason, token usage, length).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import pyarrow as pa
+
+from app.audit.decision_fields import COLUMNS as DECISION_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -81,41 +84,58 @@ REQUESTS = Table(
     ),
 )
 
+#: What each decision column means (app/audit/decision_fields.py derives the columns
+#: from the model: a field the decision gains is a column before it is described here).
+_DECISION_DOCS = {
+    "attempt": "attempt number, from 1",
+    "route": "route",
+    "deployment": "the chosen deployment (`provider:model`)",
+    "provider": "its provider",
+    "model": "its model",
+    "strategy": "`ucb1`, `thompson`, `composite`, `adaptive`",
+    "algorithm_version": "version of the algorithm that decided",
+    "config_hash": "hash of the routing config and parameters",
+    "policy_version": "policy version in force on the route (0: none)",
+    "state_version": "routing-log offset the decision was computed at",
+    "propensity": "probability the strategy chose this deployment",
+    "selection_rule": "`score`, `untried_first`, `half_open_probe`, `retry_same_deployment`, "
+    "`auto` or `affinity`",
+    "domain": "detected domain, if any",
+    "candidate_filter": "how the domain narrowed the candidates",
+    "mode": "routing mode",
+    "mode_source": "which setting chose the mode",
+    "context": "context key (tenant, domain, length, code), if any",
+    "context_level": "bucket the chosen estimate came from",
+    "context_depth": "how coarse that bucket is (0: finest)",
+    "pacer_multiplier": "budget pacer's cost multiplier, if any",
+    "cost_target_usd": "budget target per request, if any",
+    "affinity": "the affinity pin followed (`session` or `context`), if any",
+    "prompt_sha256": "SHA-256 of the prompt",
+    "prompt_chars": "prompt length",
+}
+#: Column types by Python type; a routing-log offset is a BIGINT.
+_TYPES = {str: "VARCHAR", int: "INTEGER", float: "DOUBLE", bool: "BOOLEAN", datetime: "TIMESTAMPTZ"}
+_DECISION_TYPES = {"state_version": "BIGINT"}
+
+
+def _decision_column(name: str, kind: type) -> Column:
+    for shared in (ID, AT, REQUEST):
+        if shared.name == name:
+            return shared
+    doc = _DECISION_DOCS.get(name, f"the decision's `{name}`")
+    return _c(name, _DECISION_TYPES.get(name, _TYPES[kind]), doc)
+
+
 DECISIONS = Table(
     "decisions",
     "one row per routing decision (`llm.decisions`: one per attempt)",
     (
-        ID,
-        AT,
-        REQUEST,
-        _c("attempt", "INTEGER", "attempt number, from 1"),
-        _c("route", "VARCHAR", "route"),
-        _c("deployment", "VARCHAR", "the chosen deployment (`provider:model`)"),
-        _c("provider", "VARCHAR", "its provider"),
-        _c("model", "VARCHAR", "its model"),
-        _c("strategy", "VARCHAR", "`ucb1`, `thompson`, `composite`, `adaptive`"),
-        _c("algorithm_version", "VARCHAR", "version of the algorithm that decided"),
-        _c("selection_rule", "VARCHAR", "`score`, `untried_first` or `half_open_probe`"),
-        _c("policy_version", "INTEGER", "policy version in force on the route (0: none)"),
-        _c("config_hash", "VARCHAR", "hash of the routing config and parameters"),
-        _c("state_version", "BIGINT", "routing-log offset the decision was computed at"),
+        *(_decision_column(name, kind) for name, kind in DECISION_COLUMNS.items()),
         _c(
             "previous_state_version",
             "BIGINT",
             "the state version of the route's previous decision (-1: none), kept by the store",
         ),
-        _c("propensity", "DOUBLE", "probability the strategy chose this deployment"),
-        _c("domain", "VARCHAR", "detected domain, if any"),
-        _c("candidate_filter", "VARCHAR", "how the domain narrowed the candidates"),
-        _c("mode", "VARCHAR", "routing mode"),
-        _c("mode_source", "VARCHAR", "which setting chose the mode"),
-        _c("context", "VARCHAR", "context key (tenant, domain, length, code), if any"),
-        _c("context_level", "VARCHAR", "bucket the chosen estimate came from"),
-        _c("context_depth", "INTEGER", "how coarse that bucket is (0: finest)"),
-        _c("pacer_multiplier", "DOUBLE", "budget pacer's cost multiplier, if any"),
-        _c("cost_target_usd", "DOUBLE", "budget target per request, if any"),
-        _c("prompt_sha256", "VARCHAR", "SHA-256 of the prompt"),
-        _c("prompt_chars", "INTEGER", "prompt length"),
         _c("n_candidates", "INTEGER", "number of candidates scored"),
         _c("n_excluded", "INTEGER", "number of deployments excluded"),
         _c("candidates", "JSON", "`[{deployment, score, factors: {name: contribution}}]`"),

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.analytics.store import Store
-from app.audit.explain import _OUTCOME_FIELDS as OUTCOME_FIELDS
-from app.audit.explain import EXCLUSION_REASONS
+from app.audit.explain import EXCLUSION_REASONS, OUTCOME_FIELDS
 from app.audit.grades import LISTED
 
 _DECISION = (

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from app.audit.decision_fields import context_of
 from app.audit.grades import grades_before, grades_of
 from app.audit.log import RecordedLog, events
 from app.events import AttemptFinished, Candidate, Decision, RequestAccepted
@@ -38,32 +39,7 @@ EXCLUSION_REASONS = {
     "domain_not_specialist": "not a specialist of the request's domain",
     "specialist_only": "a specialist only, and the request is not in its domain",
 }
-#: Decision fields the trace shows in their own place; any other field (selection
-#: rule, domain, mode ... as the routing core adds them) is listed as context.
-_SHOWN = frozenset(
-    {
-        "id",
-        "type",
-        "schema_version",
-        "occurred_at",
-        "request_id",
-        "attempt",
-        "route",
-        "deployment",
-        "provider",
-        "model",
-        "strategy",
-        "algorithm_version",
-        "candidates",
-        "excluded",
-        "config_hash",
-        "state_version",
-        "propensity",
-        "prompt_sha256",
-        "prompt_chars",
-    }
-)
-_OUTCOME_FIELDS = (
+OUTCOME_FIELDS = (
     "status_class",
     "http_status",
     "latency_ms",
@@ -133,7 +109,7 @@ def build_trace(
                 if outcome is None
                 else {
                     "deployment": outcome.deployment,
-                    **outcome.model_dump(mode="json", include=set(_OUTCOME_FIELDS)),
+                    **outcome.model_dump(mode="json", include=set(OUTCOME_FIELDS)),
                 },
             }
         )
@@ -173,7 +149,7 @@ def _decision(decision: Decision, reproduced: dict[str, bool] | None) -> dict[st
         "state_version": decision.state_version,
         "propensity": decision.propensity,
         "reproduced_by_replay": None if reproduced is None else reproduced.get(decision.id, False),
-        "context": {k: v for k, v in decision.model_dump(mode="json").items() if k not in _SHOWN},
+        "context": context_of(decision),
         "candidates": [
             {
                 "rank": rank,
