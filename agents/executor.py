@@ -36,6 +36,7 @@ from agents.app import (
 )
 from agents.judge import read_judgement, request_judgement
 from app import metrics
+from app.config.schema import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
 from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
 from app.events import (
     REGION_NOT_SERVED,
@@ -56,7 +57,6 @@ from app.execution.outcome import blame_deadline, call_budget_s, deadline_passed
 from app.execution.stream import stream_provider
 from app.guardrails import Rules, StreamScreen, redact_messages, rules_for
 from app.policy.holder import policy_holder
-from app.policy.schema import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
 from app.routing.fold import LOST_ATTEMPT_GRACE_S
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,11 @@ from typing import Any
 from faust import StreamT
 
 from agents.app import app, policy_topic, routing_log, settings
+from app.config.schema import ConfigError
 from app.events import PolicyChanged, derived_id, ledger_key
 from app.policy.document import document_from_file
 from app.policy.holder import policy_holder
 from app.policy.log import PolicyFollower, Version, proposal, propose
-from app.policy.schema import ConfigError
 
 log = logging.getLogger(__name__)
 #: How often a worker looks for versions it has not folded itself (seconds).

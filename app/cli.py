@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from app.policy.schema import ConfigError
+from app.config.schema import ConfigError
 from app.routing.params import Strategy
 from app.settings import SETTINGS_MODELS, describe_error, get_settings
 

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from app.config.auto import AUTO_MODEL, auto_route
+from app.config.schema import RoutingConfig
 from app.events import (
     REQUEST_REFUSED,
     ChatRequest,
@@ -36,8 +38,6 @@ from app.events import (
     derived_id,
 )
 from app.guardrails import rules_for, screen_messages
-from app.policy.auto import AUTO_MODEL, auto_route
-from app.policy.schema import RoutingConfig
 from app.routing.presets import UNKNOWN_PRESET, applying, with_defaults
 from app.routing.presets import unknown as unknown_preset
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH

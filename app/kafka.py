@@ -20,8 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
+from app.config.schema import ConfigError
 from app.kafka_security import KafkaSecurity
-from app.policy.schema import ConfigError
 from app.settings import Settings, get_settings
 
 

@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import SecretStr
 
-from app.policy.schema import ConfigError
+from app.config.schema import ConfigError
 from app.settings import Settings
 
 #: Paths served to anyone.

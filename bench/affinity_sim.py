@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from app.config.schema import RoutingConfig, parse_config
 from app.events import (
     Decision,
     Dispatch,
@@ -35,7 +36,6 @@ from app.events import (
 )
 from app.execution.outcome import CallResult, build_outcome, feedback, is_final
 from app.ingest import accept
-from app.policy.schema import RoutingConfig, parse_config
 from app.routing.affinity import SESSION
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
+    from app.config.schema import ProviderConfig
     from app.embedded.local_model import LocalModelOptions
-    from app.policy.schema import ProviderConfig
 
 THRESHOLDS = (0.5, 0.75, 0.9)
 
@@ -131,10 +131,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 async def _send_all(
     base_url: str, options: LocalModelOptions, prompts: list[str], args: argparse.Namespace
 ) -> list[Sample]:
+    from app.config.schema import ProviderConfig
     from app.embedded.local_model import MODEL_NAME
     from app.embedded.local_providers import provider_entry
     from app.execution.http import make_client
-    from app.policy.schema import ProviderConfig
 
     provider = ProviderConfig.model_validate(provider_entry(base_url, options))
     gate = asyncio.Semaphore(max(1, args.concurrency))

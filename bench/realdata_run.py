@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.config.schema import ModelSpec, ProviderConfig, RouteConfig, RoutingConfig, deployment_id
 from app.events import (
     ChatMessage,
     ChatRequest,
@@ -38,7 +39,6 @@ from app.events import (
 )
 from app.execution.outcome import CallResult, build_outcome, feedback
 from app.ingest import accept
-from app.policy.schema import ModelSpec, ProviderConfig, RouteConfig, RoutingConfig, deployment_id
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

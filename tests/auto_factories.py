@@ -12,6 +12,7 @@ from factories import T0, params
 from log_harness import Log
 from log_harness import replayed as replayed
 
+from app.config.schema import RoutingConfig, parse_config
 from app.events import (
     AttemptFinished,
     Decision,
@@ -21,7 +22,6 @@ from app.events import (
     StatusClass,
 )
 from app.ingest import accept
-from app.policy.schema import RoutingConfig, parse_config
 from app.routing.answers import at
 from app.routing.policy import Policy
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig, deployment_id
 from app.events import (
     AttemptFinished,
     ChatMessage,
@@ -29,7 +30,6 @@ from app.events import (
     derived_id,
     route_of,
 )
-from app.policy.schema import ProviderConfig, RouteConfig, RoutingConfig, deployment_id
 from app.routing.driver import Driver
 from app.routing.fold import Step, at
 from app.routing.params import RoutingParams, Strategy

@@ -8,8 +8,8 @@ from dataclasses import replace
 from auto_factories import CacheLog, auto_policy, replayed, request
 from factories import T0, open_breaker
 
+from app.config.auto import AffinityConfig
 from app.events import Decision, Outcome, RequestAccepted, StatusClass
-from app.policy.auto import AffinityConfig
 from app.routing import affinity, rows
 from app.routing.driver import Driver
 from app.routing.policy import Policy

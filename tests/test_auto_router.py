@@ -12,6 +12,7 @@ from auto_factories import PROVIDERS, CacheLog, auto_policy, config, replayed, r
 from factories import T0, open_breaker
 from log_harness import Log, always
 
+from app.config.schema import ConfigError, parse_config
 from app.events import (
     DeadLetter,
     Decision,
@@ -22,7 +23,6 @@ from app.events import (
     derived_id,
 )
 from app.ingest import accept
-from app.policy.schema import ConfigError, parse_config
 from app.routing.answers import at
 from app.routing.auto_classify import WORKLOADS, classify
 from app.routing.policy import Policy

@@ -21,8 +21,8 @@ from factories import (
     route_state,
 )
 
+from app.config.schema import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
 from app.events import AttemptFinished, RequestAccepted, StatusClass
-from app.policy.schema import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
 from app.routing import bandit
 from app.routing.feedback import apply_outcome
 from app.routing.params import Strategy

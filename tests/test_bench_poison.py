@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from types import SimpleNamespace
 
+from app.config.schema import parse_config
 from app.events import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept
-from app.policy.schema import parse_config
 from bench.poison import Record, measure, schedule
 from bench.poison_records import KINDS
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.policy.schema import parse_config
+from app.config.schema import parse_config
 from bench.backlog import Timeline, all_ok_after_s, backlog_report, render_backlog
 from bench.burst import burst_report, render_burst
 from bench.queue_fates import (

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from aiokafka.partitioner import DefaultPartitioner
 
-from app.policy.schema import parse_config
+from app.config.schema import parse_config
 from bench.scaleout import add_arguments, passed
 from bench.scaleout_metrics import (
     TIMELINE,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.policy.schema import parse_config
+from app.config.schema import parse_config
 from bench.throughput.driver import STAGES, Trace, stage_breakdown
 from bench.throughput.loads import closed_loop, fixed_rate
 from bench.throughput.mocks import MockServer

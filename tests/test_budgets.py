@@ -7,11 +7,11 @@ import pytest
 from factories import T0, accepted, params, provider
 from log_harness import Log, always
 
+from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.events import (
     RoutingLogEvent,
     StatusClass,
 )
-from app.policy.schema import Budget, RouteConfig, RoutingConfig
 from app.routing.answers import at
 from app.routing.budget import on_clock
 from app.routing.budget_route import worst_case

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from factories import SECRET, params, provider
 
+from app.config.schema import ConfigError, RoutingConfig, deployment_id, parse_config
 from app.policy.files import load_config
-from app.policy.schema import ConfigError, RoutingConfig, deployment_id, parse_config
 from app.routing.policy import Policy
 
 OTHER_SECRET = "fake-other-SECRET-fedcba9876543210"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from app.config.schema import ConfigError, parse_config
 from app.credentials import CredentialError, credential_for, new_master_key, open_sealed, seal
-from app.policy.schema import ConfigError, parse_config
 
 SECRET = "sk-canary-" + "c" * 24
 

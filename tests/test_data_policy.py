@@ -12,10 +12,10 @@ from factories import T0, fold
 from log_harness import Log, always
 from pydantic import ValidationError
 
+from app.config.schema import parse_config
 from app.contract.request import ProviderPreferences
 from app.events import ChatRequest, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
-from app.policy.schema import parse_config
 from app.routing.answers import at
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

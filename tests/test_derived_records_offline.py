@@ -12,8 +12,8 @@ from app.audit.counterfactual import counterfactual
 from app.audit.log import events
 from app.audit.replay import replay
 from app.audit.synthetic import Profile, synthetic_log
+from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.events import BudgetSettle, RequestAccepted, StatusClass
-from app.policy.schema import Budget, RouteConfig, RoutingConfig
 from app.routing.policy import Policy
 
 PROFILES = {

@@ -9,8 +9,8 @@ import pytest
 from factories import T0, accepted, params, provider
 from log_harness import Log, always, replayed
 
+from app.config.schema import ConfigError, RouteConfig, RoutingConfig, parse_config
 from app.events import Decision, RequestAccepted, RoutingLogEvent, StatusClass
-from app.policy.schema import ConfigError, RouteConfig, RoutingConfig, parse_config
 from app.routing.policy import Policy
 
 GRAPH: dict[str, Any] = {

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from app.config.schema import ModelSpec, ProviderConfig, parse_config
 from app.events import (
     AttemptFinished,
     Candidate,
@@ -32,7 +33,6 @@ from app.execution.call import CallResult
 from app.execution.envelope import RESPONSE_TOO_LARGE, seal
 from app.execution.outcome import build_outcome, feedback
 from app.ingest import accept, encode_accepted
-from app.policy.schema import ModelSpec, ProviderConfig, parse_config
 from app.routing.answers import final_response
 from app.settings import Settings
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 import agents.executor as executor
+from app.config.schema import ModelSpec, ProviderConfig
 from app.events import (
     ChatMessage,
     ChatRequest,
@@ -28,7 +29,6 @@ from app.events import (
     StatusClass,
     derived_id,
 )
-from app.policy.schema import ModelSpec, ProviderConfig
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 calls: list[httpx.Request] = []

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import yaml
 
-from app.policy.dynamic_routes import ModelNode
-from app.policy.schema import parse_config
+from app.config.dynamic_routes import ModelNode
+from app.config.schema import parse_config
 from bench.fault_answer import BREAK_AT, TOKENS, canonical_text, canonical_tokens, request_key
 from bench.fault_provider import SCENARIOS, FaultOptions, FaultProvider, start
 from bench.faults import FALLBACK, KEY_NAME, fallback_of, providers_yaml

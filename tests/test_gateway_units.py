@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from factories import provider, routing_config
 
+from app.config.schema import GatewayKey
 from app.events import ErrorBody, ReplyTo, Response
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_dead_letter, from_error_body, no_answer_in_time
@@ -15,7 +16,6 @@ from app.gateway.keys import KeyRing, check_route, hash_key
 from app.gateway.lookup import partition_of
 from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import request_event, wants_stream
-from app.policy.schema import GatewayKey
 from app.settings import Settings
 
 REPLY = ReplyTo(topic="switchyard.replies", partition=3)

@@ -14,6 +14,7 @@ import pytest
 from factories import accepted, fold, policy, provider
 from pydantic import ValidationError
 
+from app.config.schema import GuardrailRule, Guardrails, parse_config
 from app.events import OUTPUT_BLOCKED, StatusClass, StreamDelta, refusal_code
 from app.execution.deltas import DeltaPublisher
 from app.execution.guarded import guard_answer
@@ -30,7 +31,6 @@ from app.guardrails import (
     screen,
     screen_messages,
 )
-from app.policy.schema import GuardrailRule, Guardrails, parse_config
 
 CARD = "4111 1111 1111 1111"
 EMAIL = "jane.doe@example.org"

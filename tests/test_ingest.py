@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.config.schema import parse_config
 from app.events import REQUEST_REFUSED, DeadLetter, LogPosition, ReplyTo, RequestAccepted
 from app.gateway.errors import from_error_body
 from app.ingest import accept, dead_letter, refusal_reply
-from app.policy.schema import parse_config
 
 CONFIG = parse_config(
     {

@@ -11,6 +11,7 @@ import pytest
 from factories import SECRET, params
 
 from app.audit.export import read_policy, write_policy
+from app.config.schema import ConfigError, JudgeConfig, RoutingConfig, parse_config
 from app.embedded.simulated.judging import judge_reply
 from app.events import ChatMessage, ChatRequest, ErrorBody, Response
 from app.grades.judge import (
@@ -23,7 +24,6 @@ from app.grades.judge import (
     plan_judgement,
     sampled,
 )
-from app.policy.schema import ConfigError, JudgeConfig, RoutingConfig, parse_config
 from app.routing.policy import Policy
 
 JUDGE = "judge-co:grader"

@@ -21,9 +21,9 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
 from app.client import RequestPublisher, TopicFollower
+from app.config.schema import ConfigError
 from app.kafka import client_security, client_security_kwargs, faust_security
 from app.kafka_security import KafkaSecurity
-from app.policy.schema import ConfigError
 from app.settings import Settings, describe_error
 
 ROOT = Path(__file__).resolve().parent.parent

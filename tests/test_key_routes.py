@@ -10,9 +10,9 @@ from typing import Any
 from factories import T0, accepted, params, provider
 from log_harness import Log
 
+from app.config.schema import RouteConfig, RoutingConfig
 from app.events import ReplyTo, RequestAccepted, RoutingOptions
 from app.gateway.translate import request_event
-from app.policy.schema import RouteConfig, RoutingConfig
 from app.routing.policy import Policy
 
 GRAPH: dict[str, Any] = {

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from app import cli
+from app.config.schema import parse_config
 from app.embedded import local_model
 from app.embedded.local_model import (
     INSTALL_HINT,
@@ -35,7 +36,6 @@ from app.embedded.simulated.providers_file import providers_config
 from app.events import ChatMessage, ChatRequest
 from app.execution.call import request_body
 from app.grades.judge import parse_score
-from app.policy.schema import parse_config
 from bench import local_model as bench
 
 

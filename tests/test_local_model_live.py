@@ -22,6 +22,7 @@ import pytest
 import yaml
 from stack_helpers import collect, publish
 
+from app.config.schema import ProviderConfig
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.local_model import MODEL_NAME, LocalModelServer, missing_reason
 from app.embedded.local_providers import (
@@ -36,7 +37,6 @@ from app.events import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import call_provider
 from app.execution.http import make_client
 from app.grades.judge import answer_text, parse_score
-from app.policy.schema import ProviderConfig
 from app.routing.reliability import ends_request
 
 MISSING = missing_reason()

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from factories import fold
 
+from app.config.schema import ConfigError, ProviderLists, parse_config
 from app.events import ChatRequest, DeadLetter, LogPosition, ReplyTo, RequestAccepted
 from app.gateway.errors import GatewayError
 from app.gateway.translate import request_event
 from app.ingest import accept
-from app.policy.schema import ConfigError, ProviderLists, parse_config
 from app.routing.fold import at
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

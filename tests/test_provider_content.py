@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.config.schema import ModelSpec, ProviderConfig
 from app.events import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import call_provider
 from app.execution.stream import stream_provider
-from app.policy.schema import ModelSpec, ProviderConfig
 
 REQUEST = ChatRequest(request_id="c1", messages=[ChatMessage(role="user", content="hi")])
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
+from app.config.dynamic_routes import DynamicRoutes, GraphError, RouteGraph, parse_dynamic_routes
+from app.config.schema import parse_config
 from app.contract.features import Features
 from app.contract.request import ChatMessage, ChatRequest
 from app.events import StatusClass
-from app.policy.dynamic_routes import DynamicRoutes, GraphError, RouteGraph, parse_dynamic_routes
-from app.policy.schema import parse_config
 from app.routing.graph import (
     BudgetCheck,
     RateCheck,

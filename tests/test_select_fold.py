@@ -18,10 +18,10 @@ from factories import (
     routing_config,
 )
 
+from app.config.schema import RouteConfig
 from app.events import (
     derived_id,
 )
-from app.policy.schema import RouteConfig
 from app.routing.fold import at, handle
 from app.routing.policy import Policy
 from app.routing.rows import to_row

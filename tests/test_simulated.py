@@ -11,6 +11,7 @@ import httpx
 import pytest
 import yaml
 
+from app.config.schema import parse_config
 from app.embedded.simulated import (
     SEED_003_MODELS,
     Outcome,
@@ -21,7 +22,6 @@ from app.embedded.simulated import (
     provider_rng,
     sample_latency_ms,
 )
-from app.policy.schema import parse_config
 
 SCALE = 0.001  # 720 ms -> 0.72 ms of sleep
 MESSAGES = [{"role": "user", "content": "x" * 400}]

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from app.config.schema import GatewayKey
 from app.events import Response, StreamDelta
 from app.gateway.errors import GatewayError
 from app.gateway.relay import STREAM_INTERRUPTED, Relay
 from app.gateway.resume import asked_id, deltas_partition, last_event_id, owns
-from app.policy.schema import GatewayKey
 
 WHEN = datetime(2025, 1, 1, tzinfo=UTC)
 

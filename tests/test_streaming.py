@@ -11,12 +11,12 @@ from factories import provider as make_provider
 from llmock.scenarios import StreamFault
 from llmock.testing import LLMockServer
 
+from app.config.schema import ProviderConfig
 from app.events import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import CallResult
 from app.execution.http import make_client
 from app.execution.outcome import is_final
 from app.execution.stream import stream_provider
-from app.policy.schema import ProviderConfig
 
 REQUEST = ChatRequest(
     request_id="s1", messages=[ChatMessage(role="user", content="Tell me a long story")]

@@ -17,13 +17,13 @@ from factories import accepted, fold, policy
 from factories import provider as make_provider
 
 from app.audit.streams import answer_of, reassemble
+from app.config.schema import ProviderConfig
 from app.embedded.simulated import SimulatedProviders
 from app.events import ChatMessage, ChatRequest, ErrorBody, Response, StatusClass, StreamDelta
 from app.execution.deltas import DeltaPublisher
 from app.execution.http import make_client
 from app.execution.stream import stream_provider
 from app.gateway.relay import STREAM_INTERRUPTED, Relay
-from app.policy.schema import ProviderConfig
 
 #: 11 characters, then a character outside the BMP: its UTF-16 halves fall in two pieces
 #: of 12 code units; é and ✓ are multi-byte in UTF-8.

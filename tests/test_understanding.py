@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from factories import provider
 
+from app.config.schema import deployment_id
 from app.events import ChatMessage, ChatRequest
-from app.policy.schema import deployment_id
 from app.understanding.domains import (
     DOMAIN_ORDER,
     PATTERNS,

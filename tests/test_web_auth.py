@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from pydantic import SecretStr
 
-from app.policy.schema import ConfigError
+from app.config.schema import ConfigError
 from app.settings import Settings
 from app.web_auth import admin_gate, bearer_matches, faust_web_options, is_loopback
 

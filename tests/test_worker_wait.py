@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.config.schema import ConfigError
 from app.embedded.broker import free_port
 from app.embedded.stack import Worker, WorkerNotReady
 from app.gateway.keys import hash_key
 from app.gateway.run import add_local_key
-from app.policy.schema import ConfigError
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import orjson
 
 from app.audit.log import Entry, RecordedLog, parse
 from app.audit.synthetic import Profile, synthetic_log
+from app.config.schema import ProviderConfig, RoutingConfig
 from app.events import (
     AttemptFinished,
     Decision,
@@ -28,7 +29,6 @@ from app.events import (
     StatusClass,
 )
 from app.grades.matching import grade_id
-from app.policy.schema import ProviderConfig, RoutingConfig
 from app.routing.fold import at, epoch
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.audit.log import STREAMS, Keep, RecordedLog, read_broker, read_export
+from app.config.schema import ConfigError
 from app.kafka import bootstrap_servers
 from app.policy.files import load_config
-from app.policy.schema import ConfigError
 from app.routing.params import RoutingParams, params_from_env
 from app.routing.policy import Policy
 from app.settings import get_settings

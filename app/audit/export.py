@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app.audit.log import EXPORT_FORMAT, STREAMS, RecordedLog, topic_names
-from app.policy.schema import RoutingConfig
+from app.config.schema import RoutingConfig
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.settings import Topics

@@ -25,13 +25,13 @@ from typing import Any, Final
 
 import httpx
 
+from app.config.schema import ProviderConfig
 from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.cache_marks import without_cache_marks
 from app.execution.limits import CallLimits
 from app.execution.outcome import CallResult as CallResult  # what call_provider returns
 from app.execution.refusals import POLICY_FINISH_REASONS, refusal_of
 from app.execution.retry_after import parse_retry_after
-from app.policy.schema import ProviderConfig
 from app.routing.reliability import classify_http_status
 
 #: A 2xx whose first choice ends with one of these is not a usable completion.

@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from app.config.schema import ProviderConfig
 from app.events import ChatMessage, ChatRequest, StatusClass, refusal_code
 from app.execution.deltas import DeltaPublisher
 from app.execution.outcome import CallResult
-from app.policy.schema import ProviderConfig
 
 #: Make one streamed call of ``request`` within ``budget_s`` seconds.
 StreamCall = Callable[[ChatRequest, float], Awaitable[CallResult]]

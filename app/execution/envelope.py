@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from app.config.schema import ProviderConfig
 from app.events import RESPONSE_TOO_LARGE, Dispatch, Outcome, Response, StatusClass
 from app.execution.outcome import CallResult, finish
-from app.policy.schema import ProviderConfig
 from app.routing.answers import answers, success_response
 
 __all__ = ["RESPONSE_TOO_LARGE", "Sealed", "seal"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from app.config.schema import ProviderConfig
 from app.events import (
     CONTEXT_LENGTH_EXCEEDED,
     REGION_NOT_SERVED,
@@ -32,7 +33,6 @@ from app.events import (
     refusal_code,
 )
 from app.execution.limits import FIRST_TOKEN, IDLE
-from app.policy.schema import ProviderConfig
 from app.routing.reliability import ends_request, is_retriable
 
 #: The first words of a timeout's error when a limit shorter than the whole call's ended it.

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from app.config.schema import ProviderConfig
 from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.call import (
     ERROR_FINISH_REASONS,
@@ -46,7 +47,6 @@ from app.execution.call import (
 from app.execution.limits import CallLimits
 from app.execution.pieces import merge_tool_call, whole_text
 from app.execution.refusals import POLICY_FINISH_REASONS, policy_code_of
-from app.policy.schema import ProviderConfig
 
 CLIENT_ERROR = StatusClass.CLIENT_ERROR
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from app.config.schema import GatewayKey, RoutingConfig
 from app.gateway.errors import GatewayError
-from app.policy.schema import GatewayKey, RoutingConfig
 
 
 def hash_key(key: str) -> str:

@@ -23,11 +23,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
+from app.config.schema import GatewayKey
 from app.events import Response, StreamDelta
 from app.gateway.errors import GatewayError, invalid
 from app.gateway.lookup import partition_of
 from app.kafka import client_security
-from app.policy.schema import GatewayKey
 
 #: The id prefix of OpenAI's chunks and completions: a client may name the request by it.
 CHUNK_ID_PREFIX = "chatcmpl-"

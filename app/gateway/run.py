@@ -11,13 +11,13 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
+from app.config.schema import ConfigError
 from app.gateway.head_timeout import HeadTimedSite
 from app.gateway.keys import hash_key
 from app.gateway.server import build_app
 from app.gateway.service import Gateway
 from app.kafka import ensure_topics
 from app.policy.files import load_config
-from app.policy.schema import ConfigError
 from app.settings import Settings
 
 #: Idle keep-alive connections are closed after this long.

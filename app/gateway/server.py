@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.config.schema import GatewayKey
 from app.events import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_error_body, invalid
@@ -19,7 +20,6 @@ from app.gateway.resume import asked_id, last_event_id
 from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import wants_stream
 from app.gateway.wire import read_body, relay_stream
-from app.policy.schema import GatewayKey
 
 log = logging.getLogger(__name__)
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)

@@ -28,6 +28,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from app.config.schema import GatewayKey, RoutingConfig
 from app.events import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
 from app.gateway.errors import GatewayError, from_dead_letter, invalid, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route
@@ -38,7 +39,6 @@ from app.gateway.waiter import ReplyWaiter
 from app.ingest import accept
 from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security
 from app.policy.log import PolicyFollower
-from app.policy.schema import GatewayKey, RoutingConfig
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

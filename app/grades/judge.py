@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.config.schema import JudgeConfig, RoutingConfig
 from app.events import (
     ChatMessage,
     ChatRequest,
@@ -41,7 +42,6 @@ from app.events import (
     Response,
     derived_id,
 )
-from app.policy.schema import JudgeConfig, RoutingConfig
 from app.routing.bandit import seeded_rng
 
 #: Request ids of judge requests start with this; the rest is the parent's id.

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.config.schema import ConfigError
 from app.policy.document import describe, document_from_file
 from app.policy.log import PolicyFollower, proposal, propose
-from app.policy.schema import ConfigError
 from app.settings import get_settings
 
 

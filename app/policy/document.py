@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from app.config.schema import ConfigError, RoutingConfig, interpolate, parse_config
 from app.contract.policy import PolicyDocument
 from app.policy.files import read_yaml
-from app.policy.schema import ConfigError, RoutingConfig, interpolate, parse_config
 from app.routing.book import EnvOrDefault, document_hash, params_document
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

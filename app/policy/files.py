@@ -1,6 +1,6 @@
 """Providers files: read a file's YAML and resolve it against the process environment.
 
-The edge of configuration: :mod:`app.policy.schema` is the schema and parses a mapping with
+The edge of configuration: :mod:`app.config.schema` is the schema and parses a mapping with
 the environment it is given; this module reads files and ``os.environ``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from app.policy.schema import ConfigError, RoutingConfig, parse_config
+from app.config.schema import ConfigError, RoutingConfig, parse_config
 
 #: Quoted text in a YAML parser's message longer than a token (a name, an alias: it
 #: could be a secret); ``'<block end>'``-style token names and single characters stay.

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from app.config.schema import ProviderConfig, RoutingConfig
 from app.policy.document import with_local_keys
 from app.policy.files import load_config
-from app.policy.schema import ProviderConfig, RoutingConfig
 from app.routing.book import PolicyBook
 from app.routing.policy import Policy
 from app.settings import get_settings

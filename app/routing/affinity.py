@@ -24,8 +24,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from app.config.auto import DEFAULT_AFFINITY, AffinityConfig
 from app.events import Outcome, RequestAccepted, StatusClass
-from app.policy.auto import DEFAULT_AFFINITY, AffinityConfig
 from app.routing.policy import Policy
 from app.routing.state import Pin, RouteState, evolve_route
 

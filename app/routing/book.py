@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config.schema import parse_config
 from app.contract.policy import PolicyDocument
-from app.policy.schema import parse_config
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 

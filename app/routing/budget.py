@@ -1,7 +1,7 @@
 """A budget's ledger: holds, waits, settlements. Pure, on event time.
 
 A budget limits requests, tokens and dollars per UTC minute, hour, day and month
-(app/policy/access.py). An ask is held when, for every limit, the window's spend,
+(app/config/access.py). An ask is held when, for every limit, the window's spend,
 plus what the ledger already holds for attempts in flight, plus the ask's worst
 case, stays within it. It is refused at once when the spend alone plus the ask
 passes a limit (it cannot fit before the window ends): with the seconds until the
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from app.config.access import UNITS, WINDOWS
+from app.config.schema import Budget
 from app.events import BudgetAsk, BudgetSettle, BudgetVerdict, RoutingLogEvent, derived_id
-from app.policy.access import UNITS, WINDOWS
-from app.policy.schema import Budget
 from app.routing.answers import at
 from app.routing.state import Amount, Ledger, Spent, Waiting, attempt_key
 

@@ -18,8 +18,8 @@ from collections.abc import Collection, Hashable
 from dataclasses import dataclass, replace
 from typing import cast
 
+from app.config.schema import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
-from app.policy.schema import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
 from app.routing import breaker
 from app.routing.capabilities import needs_of, unable
 from app.routing.data_policy import breaks, rules_of

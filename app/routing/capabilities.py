@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import cast
 
+from app.config.schema import ModelSpec
 from app.events import ErrorBody, Exclusion, RequestAccepted
-from app.policy.schema import ModelSpec
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState, RouteState, evolve_arm
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from app.config.schema import ProviderConfig, TenantPolicy
 from app.events import ErrorBody, Exclusion, RequestAccepted
-from app.policy.schema import ProviderConfig, TenantPolicy
 from app.routing.policy import Arm, Policy
 from app.routing.presets import applying
 

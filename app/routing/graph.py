@@ -1,4 +1,4 @@
-"""Walking a dynamic route (:mod:`app.policy.dynamic_routes`): pure and deterministic.
+"""Walking a dynamic route (:mod:`app.config.dynamic_routes`): pure and deterministic.
 
 :func:`walk` follows a validated graph from its start for one request's
 :class:`RequestFacts` and returns the :class:`Path` taken: each node with the exit
@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from app.contract.features import Features
-from app.contract.request import ChatRequest
-from app.policy.dynamic_routes import (
+from app.config.dynamic_routes import (
     SPLIT_BUCKETS,
     Branch,
     BudgetNode,
@@ -37,7 +35,9 @@ from app.policy.dynamic_routes import (
     SplitNode,
     When,
 )
-from app.policy.schema import RoutingConfig
+from app.config.schema import RoutingConfig
+from app.contract.features import Features
+from app.contract.request import ChatRequest
 from app.understanding.domains import DOMAIN_ORDER
 
 #: ``task_type`` of a request in no domain.

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from app.policy.schema import ProviderConfig, RoutingConfig, deployment_id
+from app.config.schema import ProviderConfig, RoutingConfig, deployment_id
 from app.routing.breaker import BreakerParams
 from app.routing.params import BreakerMode, RoutingParams
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import cast
 
+from app.config.schema import deployment_id
 from app.events import ErrorBody, Exclusion, RequestAccepted
-from app.policy.schema import deployment_id
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState
 

@@ -31,6 +31,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from app.config.schema import ProviderConfig
 from app.events import (
     AttemptFinished,
     Decision,
@@ -49,7 +50,6 @@ from app.execution.outcome import (
     finish,
 )
 from app.ingest import accept
-from app.policy.schema import ProviderConfig
 from app.routing.fold import at
 from app.routing.policy import Policy
 from bench.sim import policies

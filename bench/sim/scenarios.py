@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from app.config.schema import RoutingConfig, deployment_id
 from app.embedded.simulated import SEED_003_MODELS, SimulatedModel, providers_config
-from app.policy.schema import RoutingConfig, deployment_id
 from bench.sim.world import (
     AcceptanceStep,
     Incident,

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from app.config.schema import ProviderConfig, RoutingConfig, deployment_id
 from app.embedded.simulated import (
     DEFAULT_RATE_LIMIT_SHARE,
     RATE_LIMIT_LATENCY_FRACTION,
@@ -41,7 +42,6 @@ from app.embedded.simulated import (
 from app.embedded.simulated import Outcome as Drawn
 from app.events import StatusClass
 from app.execution.outcome import cost_usd
-from app.policy.schema import ProviderConfig, RoutingConfig, deployment_id
 
 #: Epoch seconds of simulated t = 0 (2026-01-01T00:00:00Z): events carry ORIGIN + t.
 ORIGIN = 1_767_225_600.0

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # imported where used: `switchyard` imports this module at ev
 
 
 def bench_policy(strategy: str, providers: int = 16) -> Policy:
-    from app.policy.schema import parse_config
+    from app.config.schema import parse_config
     from app.routing.params import RoutingParams
     from app.routing.policy import Policy
 

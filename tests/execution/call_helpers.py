@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from app.config.schema import ModelSpec, ProviderConfig
 from app.events import (
     ChatMessage,
     ChatRequest,
@@ -20,7 +21,6 @@ from app.events import (
     RequestAccepted,
     derived_id,
 )
-from app.policy.schema import ModelSpec, ProviderConfig
 
 KEY = "fake-test-9f3c1d7e-SECRET"
 MODEL = "gpt-4o-mini"

@@ -19,11 +19,11 @@ import pytest
 from aiohttp import web
 from call_helpers import MODEL, ScriptedServer, chat, completion, dispatch, provider
 
+from app.config.schema import ProviderConfig
 from app.events import StatusClass
 from app.execution.call import call_provider
 from app.execution.outcome import is_final, retriable
 from app.execution.stream import stream_provider
-from app.policy.schema import ProviderConfig
 
 USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
 

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from factories import T0, accepted, outcome
 
+from app.config.schema import ModelSpec, ProviderConfig
 from app.events import ChatMessage, ChatRequest, Decision, Dispatch, StatusClass, StreamDelta
 from app.execution.continuation import forget_learnt, stream_on
 from app.execution.deltas import DeltaPublisher
 from app.execution.outcome import CallResult, feedback
 from app.execution.stream import stream_provider
-from app.policy.schema import ModelSpec, ProviderConfig
 from bench.fault_answer import BREAK_AT, canonical_text, canonical_tokens
 from bench.fault_provider import FaultOptions, FaultProvider, start
 

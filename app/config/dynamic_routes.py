@@ -8,7 +8,7 @@ the prompt-cache key, else the request id), ``rate`` and ``budget`` (exits ``wit
 provider lists, up to eight fallback models) and ``refuse``. Every check runs at load,
 one error naming the node; those needing the config's names are
 :meth:`DynamicRoutes.check_references`. No other ``app`` module is imported but the
-modes, so ``app.policy.schema`` may embed :class:`DynamicRoutes`. The walk is
+modes, so ``app.config.schema`` may embed :class:`DynamicRoutes`. The walk is
 :mod:`app.routing.graph`; the format, docs/dynamic-routes.md.
 """
 

@@ -20,14 +20,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from app.config.access import Budget as Budget
+from app.config.access import Credential as Credential
+from app.config.access import GatewayKey as GatewayKey
+from app.config.auto import AffinityConfig, AutoConfig
+from app.config.dynamic_routes import DynamicRoutes, GraphError
 from app.contract.features import DOMAIN_ORDER
 from app.guardrails.config import GuardrailRule as GuardrailRule
 from app.guardrails.config import Guardrails as Guardrails
-from app.policy.access import Budget as Budget
-from app.policy.access import Credential as Credential
-from app.policy.access import GatewayKey as GatewayKey
-from app.policy.auto import AffinityConfig, AutoConfig
-from app.policy.dynamic_routes import DynamicRoutes, GraphError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -249,7 +249,7 @@ class RouteConfig(DataRules):
     cost_target_usd: float | None = Field(default=None, gt=0.0)
     #: The route's built-in judge (app/grades/judge.py), off when absent.
     judge: JudgeConfig | None = None
-    #: ``model: "auto"`` on this route (app/policy/auto.py), off when absent.
+    #: ``model: "auto"`` on this route (app/config/auto.py), off when absent.
     auto: AutoConfig | None = None
     #: Cache/session affinity settings (absent: the defaults, affinity on).
     affinity: AffinityConfig | None = None
@@ -314,7 +314,7 @@ class RoutingConfig(BaseModel):
     guardrails: Guardrails = Field(default_factory=Guardrails)
     #: Budgets: spending limits, each folded in a ledger of its own.
     budgets: list[Budget] = Field(default_factory=list)
-    #: Dynamic routes: graphs bound to tenants and API keys (app/policy/dynamic_routes.py).
+    #: Dynamic routes: graphs bound to tenants and API keys (app/config/dynamic_routes.py).
     dynamic_routes: DynamicRoutes = Field(default_factory=lambda: DynamicRoutes({}))
     #: The gateway's API keys (app/gateway/); not routing: left out of the config hash.
     gateway_keys: list[GatewayKey] = Field(default_factory=list)
