@@ -1,4 +1,4 @@
-"""Builders for the auto-router and affinity tests (issue 14): a priced route, requests
+"""Builders for the auto-router and affinity tests: a priced route, requests
 accepted by ingest itself (features, prefix hash), a log whose answers read the cache."""
 
 from __future__ import annotations

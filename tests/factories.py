@@ -42,7 +42,7 @@ T0 = 1_700_000_000.0
 SECRET = "fake-test-SECRET-0123456789abcdef"
 ROUTE = "chat"
 
-#: Seed 000's defaults, spelled out (never read from the environment).
+#: The routing parameters' defaults, spelled out (never read from the environment).
 SEED_DEFAULTS: dict[str, Any] = {
     "strategy": Strategy.UCB1,
     "exploration_bonus": 2**0.5,

@@ -1,4 +1,4 @@
-"""Cache and session affinity in the fold (issue 14, seed 004): pin on a real cache read,
+"""Cache and session affinity in the fold: pin on a real cache read,
 renew, expire on event time, breakers and filters first, opt-outs, bounded, in the row."""
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def test_pins_and_attempt_keys_survive_the_row() -> None:
     assert "affinity" not in old  # written only when there are pins
     assert rows.from_row(old).affinity == {}
     attempt_row = rows.to_row(replace(state, affinity={}))["open_attempts"]["r#1"]
-    del attempt_row["affinity"]  # a row written before issue 14
+    del attempt_row["affinity"]  # a row written before affinity existed
     assert (
         rows.from_row({"open_attempts": {"r#1": attempt_row}}).open_attempts["r#1"].affinity == ()
     )

@@ -1,4 +1,4 @@
-"""``model: "auto"`` (issue 14, seed 004): workloads, caps, patterns, objective, trace,
+"""``model: "auto"``: workloads, caps, patterns, objective, trace,
 fallbacks, learned quality — through the one driver, replayed exactly."""
 
 from __future__ import annotations

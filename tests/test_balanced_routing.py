@@ -110,7 +110,7 @@ def test_balanced_composite_traces_tail_latency_and_token_fit() -> None:
         for value in candidate.factors.values():
             product *= value
         assert candidate.score == pytest.approx(product)
-    # Other modes keep seed 003's score alone.
+    # Other modes keep the three-factor composite score alone.
     price = composite(list(zip(arms, [steady, spiky], strict=True)), mode=RoutingMode.PRICE)
     assert all("tail_latency_penalty" not in c.factors for c in price.candidates)
     assert price.candidates[0].score == price.candidates[1].score

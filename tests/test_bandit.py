@@ -1,4 +1,4 @@
-"""Seed 000 §2, §4, §5: UCB1, cost and latency bonuses, the latency EMA.
+"""UCB1, cost and latency bonuses, the latency EMA (docs/design.md#ucb1-and-thompson-sampling).
 
 Thompson sampling (§3) is in test_thompson.py.
 """
@@ -30,7 +30,7 @@ from app.routing.select import select
 from app.routing.state import INITIAL_LATENCY_S, ArmState, RouteState
 from app.routing.strategies import ALGORITHM_VERSION
 
-# Seed 000 §4, "Table des coûts (COST_PER_1M)": provider prefix, $/1M, bonus at weight 0.1.
+# The cost bonus's table by provider-id prefix: prefix, $/1M, bonus at weight 0.1.
 SEED_COST_TABLE = [
     ("cerebras", 0.20, 0.098),
     ("groq", 0.30, 0.097),
@@ -49,7 +49,7 @@ SEED_COST_TABLE = [
     ("huggingface", 0.00, 0.100),
 ]
 
-# Seed 000 §5, "Exemples": average latency (s), bonus at weight 0.15.
+# Worked examples of the latency bonus: average latency (s), bonus at weight 0.15.
 SEED_LATENCY_TABLE = [
     (0.4, 0.148),
     (0.6, 0.147),
@@ -74,7 +74,7 @@ def test_seed_cost_table_is_complete_and_exact() -> None:
 @pytest.mark.parametrize(("prefix", "cost", "expected"), SEED_COST_TABLE)
 def test_cost_bonus_matches_seed_table(prefix: str, cost: float, expected: float) -> None:
     assert round(bandit.cost_bonus(cost, 0.1), 3) == expected
-    # Resolved from the provider id's prefix, as seed 000 does.
+    # Resolved from the provider id's prefix.
     resolved = provider(f"{prefix}-some-model").bonus_cost_per_mtok
     assert resolved == cost
     assert round(bandit.cost_bonus(resolved, 0.1), 3) == expected
@@ -89,7 +89,7 @@ def test_cost_bonus_matches_seed_table(prefix: str, cost: float, expected: float
         ("groq-llama-3.1-70b", 0.30),
         ("huggingface-zephyr", 0.00),
         ("unknownco-x", 2.00),
-        ("gpt-4.1", 2.00),  # seed 003 style id: prefix "gpt" is not in the table
+        ("gpt-4.1", 2.00),  # a bare model id: prefix "gpt" is not in the table
         ("claude-sonnet-4.5", 2.00),
         ("openaicompat-x", 2.00),  # the prefix is the text before the first "-", not a substring
         ("mistral_large", 2.00),  # "_" does not split
@@ -108,7 +108,7 @@ def test_unknown_prefix_gets_default_cost_bonus() -> None:
 def test_explicit_cost_per_mtok_overrides_prefix() -> None:
     assert provider("openai-gpt4", cost_per_mtok=0.5).bonus_cost_per_mtok == 0.5
     assert provider("openai-gpt4", cost_per_mtok=0.0).bonus_cost_per_mtok == 0.0
-    # Input/output prices do not feed seed 000's single $/1M figure.
+    # Input/output prices do not feed the cost bonus's single $/1M figure.
     assert provider("openai-gpt4", cost_per_mtok_input=0.1).bonus_cost_per_mtok == 5.0
 
 
@@ -204,7 +204,8 @@ def test_exploration_term_edge_cases() -> None:
 
 
 def _seed_example_state() -> RouteState:
-    # Latencies chosen so the latency bonus is the seed's: 1 s -> .145, 10 s -> .100, 2 s -> .140.
+    # Latencies chosen so the latency bonus is the worked examples': 1 s -> .145, 10 s -> .100,
+    # 2 s -> .140.
     return route_state(
         {
             dep("cerebras-x"): arm(50, 0.85, latency=1.0),
@@ -242,7 +243,7 @@ def test_ucb1_seed_example_groq_wins() -> None:
         assert round(factors["cost_bonus"], 3) == cost
         assert round(factors["latency_bonus"], 3) == latency
         assert round(by_dep[deployment].score or 0.0, 3) == score
-        # The factors add up to the score (seed 004: contributions are shown).
+        # The factors add up to the score (the decision shows each contribution).
         assert by_dep[deployment].score == pytest.approx(sum(factors.values()))
     scores = [by_dep[d].score or 0.0 for d in expected]
     assert max(scores) == by_dep[dep("groq-x")].score

@@ -108,7 +108,7 @@ def test_domains_change_acceptance_and_reach_the_request() -> None:
         if isinstance(event, RequestAccepted):  # the ingest detected the domain drawn
             assert event.features is not None and event.features.domain is not None
             assert event.features.domain.domain == event.request.metadata["domain"]
-    # Seed 000 domain routing in the live fold: the domain's specialised model is used.
+    # Domain routing in the live fold: the domain's specialised model is used.
     used = [d for d, bins in result.share.items() if sum(bins)]
     assert used and all(d.rsplit("-", 1)[-1] in scenario.domains for d in used)
 

@@ -1,6 +1,6 @@
-"""Seed 000 §7 circuit breaker, with explicit event times.
+"""The circuit breaker (docs/design.md#circuit-breaker), with explicit event times.
 
-Seed 004 reliability accounting is in test_reliability_accounting.py.
+The reliability accounting is in test_reliability_accounting.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13 §3 end to end: a budget worth 100 requests, 1,000 at once, three workers.
+"""Budgets end to end: a budget worth 100 requests, 1,000 at once, three workers.
 
 Spend is folded in one ledger (its own key of the routing log) whatever worker
 runs it: what it counts must equal what the outcomes cost, never pass the
@@ -81,7 +81,7 @@ async def stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
 async def test_a_burst_against_a_budget_on_three_workers(
     stack: EmbeddedStack, stream: bool
 ) -> None:
-    """Streamed answers count too: the executor reports their usage (issue 13 §3)."""
+    """Streamed answers count too: the executor reports their usage."""
     config = yaml.safe_load(stack.providers_file.read_text())
     limit = config["budgets"][0]["usd_per_day"]
     requests = [{**chat(f"r-{n:04d}"), "stream": stream} for n in range(REQUESTS)]

@@ -1,4 +1,4 @@
-"""Budgets (issue 13 §3): ledgers on the routing log, folded by the one driver
+"""Budgets: ledgers on the routing log, folded by the one driver
 (tests/log_harness.py plays the log as the broker would)."""
 
 from __future__ import annotations

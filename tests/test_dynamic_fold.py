@@ -1,4 +1,4 @@
-"""Dynamic routes in the fold (issue 13 §2): branches, a stable split, fallbacks, rate
+"""Dynamic routes in the fold: branches, a stable split, fallbacks, rate
 nodes, refusals — through the one driver, replayed exactly."""
 
 from __future__ import annotations

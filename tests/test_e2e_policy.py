@@ -1,4 +1,5 @@
-"""Issue 6 end to end: specialist routing, a pinned deployment, a refused request."""
+"""Request understanding end to end: specialist routing, a pinned deployment, a refused
+request."""
 
 from __future__ import annotations
 

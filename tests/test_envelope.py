@@ -1,4 +1,4 @@
-"""Every record an attempt or a request produces fits the producer's limit (issue 17 §3).
+"""Every record an attempt or a request produces fits the producer's limit.
 
 A valid request just under ``max_request_bytes`` fits in all its envelopes
 (``RequestAccepted``, the ``Dispatch`` that embeds it, the ``AttemptFinished``

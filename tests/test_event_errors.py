@@ -1,5 +1,5 @@
 """A validation error of an event never quotes its input: it would carry a prompt into
-a log line or an error message (issue 17 §4)."""
+a log line or an error message."""
 
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ async def _kill_at(stack: EmbeddedStack, after_s: list[float]) -> None:
 
 
 def _neutral(status_class: str) -> bool:
-    """Seed 004's accounting: a client error, a 429, a passed deadline is no pull."""
+    """The reliability accounting: a client error, a 429, a passed deadline is no pull."""
     return ACCOUNTING[StatusClass(status_class)].availability is Availability.NEUTRAL
 
 

@@ -1,4 +1,4 @@
-"""Blame for time (issue 17 §2): running out of the request's time is ``expired``, not the
+"""Blame for time: running out of the request's time is ``expired``, not the
 provider's ``timeout``.
 
 ``expired``: the deadline had passed before the call, or the call was cut short by

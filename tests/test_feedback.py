@@ -1,4 +1,4 @@
-"""Feedback (issue 10): validation and dead letters, matching to the answer, the
+"""Feedback: validation and dead letters, matching to the answer, the
 replacement rule, duplicates, unmatched feedback and the early-feedback race."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Replay and audit of a log with grades (issue 10): grades are re-folded, checked
+"""Replay and audit of a log with grades: grades are re-folded, checked
 against their feedback and answer (tampering with either is caught), and the audit
 shows the grades applied to an answer and those folded before a decision."""
 

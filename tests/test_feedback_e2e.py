@@ -1,4 +1,4 @@
-"""Feedback end to end on the embedded broker (issue 10): requests answered, feedback
+"""Feedback end to end on the embedded broker: requests answered, feedback
 published (keyed any way, some bad, one early, one for no request), grades on the
 routing log exactly once per feedback id, the replacement rule, dead letters for the
 rest, and a replay of the whole log with 0 mismatches."""

@@ -1,4 +1,4 @@
-"""The gateway driven with the official ``openai`` SDK against the embedded stack (issue 12).
+"""The gateway driven with the official ``openai`` SDK against the embedded stack.
 
 One stack and one gateway for the module: simulated providers on route ``chat``, and a
 small mock provider (tool calls, slow answers, failures) on routes ``tools`` and

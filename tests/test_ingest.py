@@ -99,7 +99,7 @@ def test_derived_ids_are_uuid5_of_the_joined_parts() -> None:
         assert derived_id(*parts) == str(expected)
 
 
-# --------------------------------------------------------------------------- poison (issue 17 §3)
+# --------------------------------------------------------------------------- poison
 
 
 def run_big(raw: bytes) -> RequestAccepted | DeadLetter:

@@ -1,4 +1,4 @@
-"""The ingest agent never stops for a record (issue 17 §3).
+"""The ingest agent never stops for a record.
 
 Whatever goes wrong while one record is accepted, serialised or forwarded ends as
 a dead letter with a reason and the original bytes, and the log line about it

@@ -1,4 +1,4 @@
-"""The built-in judge, pure parts (issue 10 §6): config, sampling, the judge request, the score."""
+"""The built-in judge, pure parts: config, sampling, the judge request, the score."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The built-in judge end to end on the embedded broker (issue 10 §6): a route whose judge
+"""The built-in judge end to end on the embedded broker: a route whose judge
 samples every answer → the answers' judge requests are routed, pinned, to the judge
 deployment (the simulated providers answer them with a score) → the scores come back as
 ``GradeApplied`` (source judge) on the routing log → a replay of the whole log has 0

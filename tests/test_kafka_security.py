@@ -1,4 +1,4 @@
-"""Secured Kafka (issue 16 §3): SASL and TLS settings reach every Kafka client, secrets stay.
+"""Secured Kafka: SASL and TLS settings reach every Kafka client, secrets stay.
 
 The embedded broker (Tansu) speaks neither SASL nor TLS, so no test connects securely:
 these tests check the plumbing (every construction site passes the one security helper,
@@ -32,7 +32,7 @@ KAFKA_CLIENTS = {"AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient", 
 #: The helpers a construction site may spread into its arguments (app/kafka.py; the
 #: analytics sink looks ``client_security_kwargs`` up through its own ``security_kwargs``).
 HELPERS = {"client_security", "client_security_kwargs", "security_kwargs"}
-#: Not this change's to edit (issue 16's brief): the gateway's three clients.
+#: The gateway's three clients, not yet built through the helpers.
 PENDING = ("app/gateway/",)
 #: Clients that only ever talk to a broker the process launched itself, in plaintext on
 #: loopback (the embedded Kafka's readiness probe): the user's security settings describe

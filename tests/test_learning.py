@@ -1,4 +1,4 @@
-"""Issue 10, the learning: context buckets, grades, real cost, pacer, strategies with grades."""
+"""Learning from grades: context buckets, grades, real cost, pacer, strategies with grades."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Clean lifecycle (issue 16 §5): stops within 10 s whatever the broker does, no orphans.
+"""Clean lifecycle: stops within 10 s whatever the broker does, no orphans.
 
 * ``switchyard up``: SIGTERM stops broker, providers, gateway and worker within 10 s;
   SIGKILL leaves no process of its own behind; it prints ``web=`` beside ``broker=``.
@@ -22,7 +22,7 @@ from app.embedded.stack import EmbeddedStack, Worker
 from app.settings import Settings
 
 pytestmark = pytest.mark.broker
-#: What issue 16 allows between the signal and the last process gone.
+#: What the lifecycle requirement allows between the signal and the last process gone.
 STOP_BUDGET_S = 10.0
 
 

@@ -1,4 +1,4 @@
-"""New requests wait in the log for capacity, never refused for it (issue 17 §1-2).
+"""New requests wait in the log for capacity, never refused for it.
 
 The route state counts the waiting requests and keeps the position the line
 starts after; the requests themselves stay in the routing log and are recalled

@@ -1,4 +1,4 @@
-"""Seed 000 §9 step 4: local first, answered locally only when confident enough."""
+"""Local first (routing step 4): answered locally only when confident enough."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 17 §4: no prompt or completion text outside the log, under waiting traffic.
+"""No prompt or completion text outside the log, under waiting traffic.
 
-One worker, every deployment at ``max_concurrency: 1`` and seed 003's latencies
+One worker, every deployment at ``max_concurrency: 1`` and the reference latencies
 doubled, gets a burst of requests whose prompt carries a unique marker: most of
 them must wait for a deployment. While they wait, and again once every one is
 answered, the route-state changelog, the worker's log, ``/metrics`` and every
@@ -61,7 +61,7 @@ def bad(request_id: str, tail: str) -> bytes:
     return (head + tail).encode()
 
 
-#: Records that never become requests (malformed, and issue 17's poison): dead-lettered,
+#: Records that never become requests (malformed, and poison records): dead-lettered,
 #: and logged by reason and offset only.
 MALFORMED = [
     f'{{"not json {MARKER}'.encode(),

@@ -1,4 +1,4 @@
-"""The compose's observability (issue 16 §1), checked as far as this machine allows.
+"""The compose's observability, checked as far as this machine allows.
 
 * ``promtool check config`` on the compose's scrape configuration;
 * every metric the Grafana dashboard queries is defined (statically) and on a live

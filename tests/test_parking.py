@@ -1,4 +1,4 @@
-"""Waiting for a deployment: every candidate saturated, open or cooling (issue 4)."""
+"""Waiting for a deployment: every candidate saturated, open or cooling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Issue 13 end to end: a policy applied live, SIGHUP, a rejected file, a rollback, replay."""
+"""Policy versions end to end: a policy applied live, SIGHUP, a rejected file, a rollback,
+replay."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ async def test_a_policy_applied_live_reloaded_rejected_and_rolled_back(
     assert REMOVED not in {d["provider"] for d in after}
     assert all(REMOVED not in [c["deployment"] for c in d["candidates"]] for d in after)
 
-    # SIGHUP (seed 003): the worker re-reads its own file.
+    # SIGHUP: the worker re-reads its own file.
     worker = stack.workers[0].process
     assert worker is not None
     stack.providers_file.write_text(original)

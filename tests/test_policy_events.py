@@ -1,4 +1,4 @@
-"""Policy as events (issue 13): versions on the routing log, folded, replayed, numbered."""
+"""Policy as events: versions on the routing log, folded, replayed, numbered."""
 
 from __future__ import annotations
 

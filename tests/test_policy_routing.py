@@ -1,4 +1,5 @@
-"""Issue 6 wired into the fold: domains, pins, provider lists, presets, modes, guardrails."""
+"""Request understanding wired into the fold: domains, pins, provider lists, presets, modes,
+guardrails."""
 
 from __future__ import annotations
 

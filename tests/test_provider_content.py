@@ -1,4 +1,4 @@
-"""A provider 2xx is a success only when it answers something (issue 17 §3).
+"""A provider 2xx is a success only when it answers something.
 
 ``message: {}``, ``content: null`` without tool calls, no choices, or a stream
 that never carried content are ``bad_response``; whatever shape a provider's body

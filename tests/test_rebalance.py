@@ -1,4 +1,4 @@
-"""Workers join and leave under traffic: nothing waits forever (issue 11 §6).
+"""Workers join and leave under traffic: nothing waits forever.
 
 The router acks an event only once a written row includes it and writes the rows
 of a partition's last events when the next event comes; a rebalance holds the

@@ -1,4 +1,4 @@
-"""Seed 004 reliability accounting: which outcomes count against a deployment's breaker."""
+"""The reliability accounting: which outcomes count against a deployment's breaker."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from app.routing.state import ArmState, Breaker, BreakerPhase
 CLOSED, HALF_OPEN = BreakerPhase.CLOSED, BreakerPhase.HALF_OPEN
 
 
-# --------------------------------------------------------------------------- reliability (seed 004)
+# --------------------------------------------------------------------------- reliability
 
 
 def _apply(status: StatusClass, http_status: int | None, start: Breaker | None = None) -> ArmState:

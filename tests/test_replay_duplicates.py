@@ -1,4 +1,4 @@
-"""Replay of answers published twice: an attempt executed on two workers (issue 11)."""
+"""Replay of answers published twice: an attempt executed on two workers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Issue 4's pure parts: composite score, EWMA breaker, Retry-After, backoff, deadline."""
+"""The fallback loop's pure parts: composite score, EWMA breaker, Retry-After, backoff,
+deadline."""
 
 from __future__ import annotations
 

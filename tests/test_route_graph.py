@@ -1,4 +1,4 @@
-"""Dynamic routes (seed 004, issue 13 §2): the graph's format, its checks and its walk."""
+"""Dynamic routes: the graph's format, its checks and its walk."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The router agent under a SIGKILL: the order of its row write and its sends (issue 4).
+"""The router agent under a SIGKILL: the order of its row write and its sends.
 
 The row write lands in the local store at once; the sends sit in the producer's
 buffer until the broker acknowledges them. A kill drops the buffer and keeps the

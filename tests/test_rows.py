@@ -9,8 +9,8 @@ import orjson
 from app.routing.rows import dumps, from_row, loads, to_row
 from app.routing.state import ArmState, BreakerPhase, RouteState
 
-#: A row written by the pydantic ``RouteState.model_dump(mode="json")`` (before issue 11
-#: §3), every field away from its default: arms with breaker, recent sums and evidence
+#: A row written by the pydantic ``RouteState.model_dump(mode="json")`` (before rows had
+#: their own codec), every field away from its default: arms with breaker, recent sums and evidence
 #: buckets, open and parked attempts, watermarks, a tenant's rate window, the line,
 #: pacers and grade ids.
 PYDANTIC_ROW = (

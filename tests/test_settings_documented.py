@@ -54,7 +54,7 @@ def test_the_derivation_sees_every_model() -> None:
         "SWITCHYARD_PROVIDERS_FILE",  # an alias choice
         "SWITCHYARD_TOPIC_ROUTING",  # Topics
         "SWITCHYARD_KAFKA_SASL_PASSWORD",  # KafkaSecurity
-        "CB_TIMEOUT_S",  # RoutingParams: the seed's name, no prefix
+        "CB_TIMEOUT_S",  # RoutingParams: the bandit algorithm's name, no prefix
         "SWITCHYARD_MAX_ATTEMPTS",  # RoutingParams: a prefixed alias
     ):
         assert expected in names, expected

@@ -1,4 +1,4 @@
-"""A bad ``SWITCHYARD_*`` setting is one line naming it, exit code 2, no traceback (issue 17 §5)."""
+"""A bad ``SWITCHYARD_*`` setting is one line naming it, exit code 2, no traceback."""
 
 from __future__ import annotations
 

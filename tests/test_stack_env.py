@@ -28,7 +28,7 @@ def test_transport_tuning_reaches_the_stacks_processes(
     stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bench comparing fetch waits or lingers must change them in the worker and the
-    gateway too, not only in its own client (some of stop 21's comparisons did)."""
+    gateway too, not only in its own client (a comparison made that way measures nothing)."""
     monkeypatch.setenv("SWITCHYARD_FETCH_MAX_WAIT_MS", "4")
     monkeypatch.setenv("SWITCHYARD_FETCH_IDLE_WAIT_MS", "30")
     monkeypatch.setenv("SWITCHYARD_PRODUCER_LINGER_MS", "0")

@@ -1,4 +1,4 @@
-"""Streaming through the log, end to end (issue 12): the official ``openai`` SDK against the
+"""Streaming through the log, end to end: the official ``openai`` SDK against the
 gateway, the embedded stack, and simulated providers that stream with faults.
 
 Routes: ``plain`` (a slow stream whose events are split inside UTF-8 characters),

@@ -1,4 +1,4 @@
-"""Streaming through the log, the pure parts (issue 12): the executor's delta publisher, the
+"""Streaming through the log, the pure parts: the executor's delta publisher, the
 gateway's relay of deltas to chunks, the reassembly of streams, the simulated stream
 faults (a UTF-8 character split across network chunks, a surrogate pair across deltas, a
 stream cut before and after its first delta). The gateway's header timeout:

@@ -1,4 +1,4 @@
-"""Seed 000 §3: Thompson sampling, its seeded draws and its propensity."""
+"""Thompson sampling, its seeded draws and its propensity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 15: with a console, a worker's /admin/trace answers from the store, not the topics."""
+"""With a console, a worker's /admin/trace answers from the store, not the topics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request understanding: seed 000 §6's 15 domains, specialist filtering, §8's features."""
+"""Request understanding: the 15 domains, specialist filtering, the features."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ PROMPTS: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Seed 000 §6's "Patterns clés", verbatim: each alone must select its domain.
+#: Each domain's key patterns, as the domain table lists them: each alone must select its
+#: domain.
 SEED_KEY_PATTERNS: dict[str, list[str]] = {
     "math": ["calcul", "équation", "dérivée", "matrice", "probability", "sqrt", "\\sum"],
     "coding": ["code", "function", "class", "def", "python", "API", "debug", "pytest"],

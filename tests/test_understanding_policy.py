@@ -1,4 +1,4 @@
-"""Routing modes, model-id suffixes and pins (seed 004); guardrails (seed 000 §9 step 3)."""
+"""Routing modes, model-id suffixes and pins; guardrails (routing step 2)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_route_aliases_and_suffixes() -> None:
     assert parse_model_id("chat") == ModelRef(raw="chat", kind="route", route="chat")
     nitro = parse_model_id("chat:nitro")
     assert (nitro.kind, nitro.route, nitro.suffix_mode) == ("route", "chat", RoutingMode.THROUGHPUT)
-    floor = parse_model_id("openai/gpt-5-mini:floor")  # seed 004's model-id form
+    floor = parse_model_id("openai/gpt-5-mini:floor")  # a vendor/model id with a suffix
     assert (floor.route, floor.suffix_mode) == ("openai/gpt-5-mini", RoutingMode.PRICE)
     assert parse_model_id("chat").suffix_mode is None
 
@@ -97,7 +97,7 @@ def test_pinned_ids_keep_their_suffix_in_the_canonical_id() -> None:
     pinned = parse_model_id("openai-x:gpt-4.1")
     assert (pinned.kind, pinned.provider, pinned.model) == ("pinned", "openai-x", "gpt-4.1")
     assert pinned.deployment == "openai-x:gpt-4.1" and pinned.suffix_mode is None
-    # Seed 004's own example: everything after the provider is the model id, ":free" included.
+    # Everything after the provider is the model id, ":free" included.
     seed = parse_model_id("baseten:google/gemma-4-26b-a4b:free")
     assert (seed.provider, seed.model) == ("baseten", "google/gemma-4-26b-a4b:free")
     # A routing suffix on a pinned id is part of the model id, not a mode.

@@ -64,7 +64,7 @@ def test_build_outcome_rejects_another_provider() -> None:
         (StatusClass.SUCCESS, 200, 1, True),
         (StatusClass.TIMEOUT, None, 1, False),
         (StatusClass.TIMEOUT, None, 3, True),
-        (StatusClass.SERVER_ERROR, 501, 1, True),  # not in seed 004's retriable set
+        (StatusClass.SERVER_ERROR, 501, 1, True),  # not in the retriable set
         (StatusClass.AUTH_ERROR, 401, 1, True),
         (StatusClass.RATE_LIMITED, 429, 2, False),
     ],
