@@ -1,4 +1,5 @@
-"""Executor: call the chosen provider, publish the outcome, feed it back, answer when final.
+"""Executor: call the chosen provider, publish the outcome, feed it back, and publish the
+answer when it is a successful final one (the router answers every error).
 
 :func:`run_dispatch` makes one attempt's call. The worker that decided starts it
 at once (agents/handoff.py: no broker hop between a decision and its call); the
@@ -94,7 +95,8 @@ def too_late(dispatch: Dispatch, now: float) -> bool:
 
 
 async def run_dispatch(dispatch: Dispatch, partition: int | None = None) -> None:
-    """Call, publish the outcome and the feedback (and the answer when this is it).
+    """Call, publish the outcome and the feedback (and the answer when it is a successful
+    final one).
 
     ``partition`` (exactly-once): the routing partition whose transaction writes them;
     :class:`app.worker.transactions.NotCommitted` when it could not (no answer is sent then).

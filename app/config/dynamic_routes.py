@@ -1,4 +1,4 @@
-"""Seed 004's dynamic routes: the ``dynamic_routes:`` section of ``providers.yaml``.
+"""Dynamic routes: the ``dynamic_routes:`` section of ``providers.yaml``.
 
 A dynamic route is a graph of named nodes walked from its ``start`` for the requests of
 the tenants and API keys it is bound to (``bind``): ``condition`` (exits ``true`` /
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, m
 
 from app.contract.mode import RoutingMode
 
-#: Seed 004: "Une route peut enregistrer jusqu'à huit modèles de repli".
+#: A model node names at most eight fallback models.
 MAX_FALLBACK_MODELS = 8
 #: Split buckets: percentages are kept to 0.01 %, so 10 000 buckets.
 SPLIT_BUCKETS = 10_000
@@ -176,7 +176,7 @@ class BudgetNode(_Gate):
 
 
 class Preferences(_Frozen):
-    """Seed 004's provider lists for the chosen model (as a request's ``provider``)."""
+    """Provider lists for the chosen model (as a request's ``provider``)."""
 
     only: list[str] | None = None
     ignore: list[str] = Field(default_factory=list)
