@@ -1,4 +1,4 @@
-"""Checking the routing log's grades against their evidence (issue 10).
+"""Checking the routing log's grades against their evidence.
 
 A ``GradeApplied`` on the routing log is derived from two recorded things: a
 feedback record on ``llm.feedback`` (request id, source, score or label, weight,
