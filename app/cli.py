@@ -317,7 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     register(commands)  # replay, audit, export
     from app.analytics.commands import register as register_analytics
 
-    register_analytics(commands)  # analytics (the sink), console (sink and pages)
+    register_analytics(commands)  # analytics (the sink)
+    from app.console.commands import register as register_console
+
+    register_console(commands)  # console (sink and pages)
     from app.policy.commands import register as register_policy
 
     register_policy(commands)  # policy apply, policy history

@@ -1,4 +1,4 @@
-"""``switchyard analytics`` (the sink alone) and ``switchyard console`` (sink and pages).
+"""``switchyard analytics``: the sink alone (the console's command: app/console/commands.py).
 
 Exit codes: 0 done, 2 the store or the broker could not be used.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from app.settings import Settings, get_settings
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def store_settings(args: argparse.Namespace) -> Settings:
     settings = get_settings()
     update: dict[str, Any] = {}
     if args.db is not None:
@@ -26,7 +26,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings.model_copy(update=update)
 
 
-def _stop_on_signals() -> asyncio.Event:
+def stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -40,14 +40,14 @@ def analytics_command(args: argparse.Namespace) -> int:
     from app.analytics.sink import Sink
     from app.analytics.store import Applied, Store
 
-    settings = _settings(args)
+    settings = store_settings(args)
 
     def progress(total: Applied) -> None:
         if args.progress:
             print(f"folded {total.folded} records", flush=True)
 
     async def run() -> dict[str, Any]:
-        stop = _stop_on_signals()
+        stop = stop_on_signals()
         store = Store(settings.analytics_db)
         try:
             sink = Sink(store, settings, batch_max=args.batch_max, on_batch=progress)
@@ -69,38 +69,12 @@ def analytics_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def console_command(args: argparse.Namespace) -> int:
-    import duckdb
-
-    from app.console.server import start_console
-
-    settings = _settings(args)
-
-    async def run() -> None:
-        stop = _stop_on_signals()
-        console = await start_console(
-            settings, sink=not args.no_sink, host=args.host, port=args.port
-        )
-        print(f"console={console.url}", flush=True)
-        try:
-            await stop.wait()
-        finally:
-            await console.stop()
-
-    try:
-        asyncio.run(run())
-    except duckdb.IOException as exc:
-        print(f"switchyard: cannot open the analytics store: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def register(commands: Any) -> None:
-    """Add ``analytics`` and ``console`` to ``switchyard``'s subparsers."""
+    """Add ``analytics`` to ``switchyard``'s subparsers."""
     analytics = commands.add_parser(
         "analytics", help="fold the recorded topics into the analytics store (DuckDB)"
     )
-    _common(analytics)
+    add_store_options(analytics)
     analytics.add_argument(
         "--once", action="store_true", help="stop at the end offsets seen at the start"
     )
@@ -111,19 +85,8 @@ def register(commands: Any) -> None:
     analytics.add_argument("--json", action="store_true", help="one JSON summary line")
     analytics.set_defaults(run=analytics_command)
 
-    console = commands.add_parser(
-        "console", help="the routing console: request log, request pages, provider health"
-    )
-    _common(console)
-    console.add_argument("--host", default=None, help="default: SWITCHYARD_CONSOLE_HOST")
-    console.add_argument("--port", type=int, default=None, help="default: SWITCHYARD_CONSOLE_PORT")
-    console.add_argument(
-        "--no-sink", action="store_true", help="serve an existing store read-only, fold nothing"
-    )
-    console.set_defaults(run=console_command)
 
-
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", type=Path, default=None, help="the DuckDB file (default: SWITCHYARD_ANALYTICS_DB)"
     )
