@@ -1,1 +1,1 @@
-"""The OpenAI-compatible gateway over the log (issue 12)."""
+"""The OpenAI-compatible gateway over the log (docs/gateway.md)."""
