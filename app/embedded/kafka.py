@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import Started, die_with_parent
+from app.embedded.lifetime import ChildProcess, die_with_parent
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient
@@ -193,19 +192,6 @@ def kafka_answers(host: str, port: int, timeout_ms: int = 3000) -> bool:
     return asyncio.run(probe())
 
 
-def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 20.0) -> None:
-    """SIGTERM, and SIGKILL past ``timeout_s``; waits for it (a SIGSTOPped one is continued)."""
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGCONT)
-    process.terminate()
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 #: What every Kafka node here is set to: quick group joins, room for the largest request's
 #: records, few threads (two cores run the broker, the workers and the driver).
 SMALL_SERVER_SETTINGS: tuple[str, ...] = (
@@ -220,7 +206,7 @@ SMALL_SERVER_SETTINGS: tuple[str, ...] = (
 )
 
 
-class KafkaBroker(Started):
+class KafkaBroker(ChildProcess):
     """Apache Kafka in KRaft mode (controller+broker) on loopback; the EmbeddedBroker interface."""
 
     is_tansu = False
@@ -299,19 +285,10 @@ class KafkaBroker(Started):
         return kafka_answers(self.host, self.port)
 
     def stop(self) -> None:
-        stop_process(self._process)
-        self._process = None
+        super().stop()
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
-
-    def pause(self) -> None:
-        if self._process is not None:
-            self._process.send_signal(19)
-
-    def resume(self) -> None:
-        if self._process is not None:
-            self._process.send_signal(18)
 
 
 def main(argv: list[str] | None = None) -> int:

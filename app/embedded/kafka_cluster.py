@@ -38,9 +38,8 @@ from app.embedded.kafka import (
     own_admin_client,
     server_command,
     spawn_jvm,
-    stop_process,
 )
-from app.embedded.lifetime import Started, die_with_parent
+from app.embedded.lifetime import Started, die_with_parent, stop_process
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient

