@@ -10,7 +10,7 @@ import httpx
 import pytest
 from stack_helpers import chat, collect, publish
 
-from app.console.server import start_stack_console
+from app.console.server import start_console
 from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.stack import EmbeddedStack
 
@@ -26,7 +26,7 @@ async def test_the_workers_trace_redirects_to_the_consoles_store(broker: Embedde
         env={"SWITCHYARD_CONSOLE_URL": f"http://127.0.0.1:{port}"},
     )
     await stack.start()
-    console = await start_stack_console(stack, port)
+    console = await start_console(stack.console_settings(), port=port)
     try:
         await publish(stack, [chat("traced-1")])
         await collect(stack, {stack.topics.responses: 1}, timeout_s=60)

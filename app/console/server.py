@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -35,9 +35,6 @@ from app.console.auth import console_gate, login_handlers
 from app.console.html import esc, page
 from app.settings import Settings
 from app.web_auth import admin_token
-
-if TYPE_CHECKING:
-    from app.embedded.stack import EmbeddedStack
 
 STATIC = Path(str(resources.files("app.console") / "static"))
 SECURITY_HEADERS = {
@@ -170,11 +167,3 @@ async def start_console(
     if sink:
         running.sink_task = asyncio.create_task(Sink(store, settings).run(running._stop))
     return running
-
-
-async def start_stack_console(stack: EmbeddedStack, port: int = 0) -> RunningConsole:
-    """``switchyard up``'s console: its store in the stack's work dir, on ``port`` (0: any)."""
-    settings = stack.settings().model_copy(
-        update={"analytics_db": stack.workdir / "analytics.duckdb", "tansu_compat": True}
-    )
-    return await start_console(settings, port=port)

@@ -280,6 +280,15 @@ class EmbeddedStack:
         }
         return self.caller_settings().model_copy(update=update)
 
+    def console_settings(self) -> Settings:
+        """Settings of the routing console (app/console/) over this stack: its store in the
+        stack's work dir, the broker's workarounds as the workers have them."""
+        update = {
+            "analytics_db": self.workdir / "analytics.duckdb",
+            "tansu_compat": self.broker.is_tansu,
+        }
+        return self.settings().model_copy(update=update)
+
     def gateway_settings(self, port: int = 0) -> Settings:
         """Settings of a gateway (app/gateway/) in front of this stack, on ``port`` (0: any)."""
         update = {"providers": self.providers_file, "gateway_port": port}

@@ -76,7 +76,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    from app.console.server import RunningConsole, start_stack_console
+    from app.console.server import RunningConsole, start_console
     from app.embedded.broker import free_port
     from app.embedded.simulated import demo_providers_yaml
     from app.gateway.run import LOCAL_KEY, start_gateway, with_key
@@ -112,7 +112,7 @@ async def _serve(
                     return 0
                 print(f"web={worker.web_url}", flush=True)
             print(f"gateway={gateway.url}/v1", flush=True)
-            console = await start_stack_console(stack, console_port)  # sink and pages
+            console = await start_console(stack.console_settings(), port=console_port)
             print(f"console={console.url}", flush=True)
             print(f"api_key={'(--api-key)' if options.api_key else LOCAL_KEY}", flush=True)
             if stack.simulated:
