@@ -4,7 +4,8 @@ The names are derived from the settings models themselves (``app/settings.py``):
 a field's validation alias (or each of its alias choices) when it has one, else its
 model's ``env_prefix`` and its name; a field whose type is itself a settings model
 (``Topics``, ``KafkaSecurity``, ``RoutingParams``) contributes that model's names.
-A setting added without a line in the reference fails here.
+A setting added without a line in the reference fails here, and so does a topic
+(``Topics``) that README.md or docs/operations.md does not name.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pydantic_settings import BaseSettings
 
 from app.routing.params import RoutingParams
 from app.routing.params import env_names as routing_env_names
-from app.settings import Settings
+from app.settings import Settings, Topics
 
 OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def env_names(model: type[BaseSettings]) -> list[str]:
@@ -68,3 +70,12 @@ def test_every_setting_is_in_operations_md() -> None:
         if not re.search(rf"(?<![A-Z0-9_]){re.escape(name)}(?![A-Z0-9_])", text)
     ]
     assert not missing, f"docs/operations.md does not name: {', '.join(missing)}"
+
+
+def test_every_topic_is_in_the_readme_and_operations_md() -> None:
+    """README's event contract and internal topics, and the topics table, name them all."""
+    names = list(Topics().model_dump().values())
+    for doc in (README, OPERATIONS):
+        text = doc.read_text(encoding="utf-8")
+        missing = [name for name in names if f"`{name}`" not in text]
+        assert not missing, f"{doc.name} does not name: {', '.join(missing)}"
