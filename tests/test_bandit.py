@@ -188,7 +188,7 @@ def test_ema_applied_by_outcomes() -> None:
 
 
 def test_exploration_term_on_seed_example() -> None:
-    # The seed's table prints 0.43 / 0.52 / 0.60; the formula gives these.
+    # The worked examples print 0.43 / 0.52 / 0.60; the formula gives these.
     assert round(bandit.exploration_term(SQRT2, 100, 50), 3) == 0.429
     assert round(bandit.exploration_term(SQRT2, 100, 30), 3) == 0.554
     assert round(bandit.exploration_term(SQRT2, 100, 20), 3) == 0.679
