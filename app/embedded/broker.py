@@ -18,12 +18,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class EmbeddedBroker(ChildProcess):
-    """A Tansu process on ``host`` (loopback by default) and a free port, memory storage only."""
+class BrokerProcess(ChildProcess):
+    """A broker process listening on ``host`` (loopback by default) and ``port`` (a free one
+    by default): Tansu here, Apache Kafka in app/embedded/kafka.py."""
 
-    #: Workers on it are told so (``SWITCHYARD_TANSU_COMPAT``); app/embedded/kafka.py says False.
-    is_tansu = True
-    stop_timeout_s = 5.0
+    #: Workers on it are told whether it is Tansu (``SWITCHYARD_TANSU_COMPAT``).
+    is_tansu: bool
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
@@ -37,6 +37,13 @@ class EmbeddedBroker(ChildProcess):
     @property
     def url(self) -> str:
         return f"kafka://{self.bootstrap}"
+
+
+class EmbeddedBroker(BrokerProcess):
+    """A Tansu process, memory storage only."""
+
+    is_tansu = True
+    stop_timeout_s = 5.0
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedBroker:
         listener = f"tcp://{self.bootstrap}"

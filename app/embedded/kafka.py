@@ -22,9 +22,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.embedded.broker import free_port
+from app.embedded.broker import BrokerProcess, free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import ChildProcess, die_with_parent
+from app.embedded.lifetime import die_with_parent
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient
@@ -206,26 +206,16 @@ SMALL_SERVER_SETTINGS: tuple[str, ...] = (
 )
 
 
-class KafkaBroker(ChildProcess):
-    """Apache Kafka in KRaft mode (controller+broker) on loopback; the EmbeddedBroker interface."""
+class KafkaBroker(BrokerProcess):
+    """Apache Kafka in KRaft mode (controller+broker) on loopback."""
 
     is_tansu = False
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
-        self.host = host
-        self.port = port or free_port(host)
+        super().__init__(host, port)
         self.controller_port = free_port(host)
         self.heap = "384m"
-        self._process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"kafka://{self.bootstrap}"
 
     @property
     def pid(self) -> int | None:
