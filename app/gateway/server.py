@@ -16,6 +16,7 @@ from app.events import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_error_body, invalid
 from app.gateway.relay import Relay
+from app.gateway.responses_api.api import ResponsesApi
 from app.gateway.resume import asked_id, last_event_id
 from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import wants_stream
@@ -37,6 +38,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/v1/switchyard/requests/{request_id}", request_by_id)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    ResponsesApi(gateway).install(app)  # OpenAI's Responses API: app/gateway/responses_api/
     return app
 
 
