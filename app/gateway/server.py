@@ -15,6 +15,7 @@ from app.config.schema import GatewayKey
 from app.events import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_error_body, invalid
+from app.gateway.messages_api.api import add_routes as add_messages_routes
 from app.gateway.relay import Relay
 from app.gateway.responses_api.api import ResponsesApi
 from app.gateway.resume import asked_id, last_event_id
@@ -39,6 +40,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     ResponsesApi(gateway).install(app)  # OpenAI's Responses API: app/gateway/responses_api/
+    add_messages_routes(app, gateway)  # Anthropic's Messages API: app/gateway/messages_api/
     return app
 
 
