@@ -13,7 +13,7 @@ from typing import Any
 from faust.types import TP
 
 from agents.app import app, routing_log, routing_topic, settings
-from app.events import RouteTick, derived_id
+from app.contract import RouteTick, derived_id
 from app.kafka import bootstrap_servers
 from app.worker.read_committed import recovery_ends_at_committed_records
 from app.worker.transactions import CatchUp, PartitionWriters, TransactionalWriter

@@ -38,8 +38,7 @@ from agents.app import (
 from agents.judge import read_judgement, request_judgement
 from app import metrics
 from app.config.schema import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
-from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
-from app.events import (
+from app.contract import (
     REGION_NOT_SERVED,
     ChatRequest,
     Dispatch,
@@ -48,6 +47,7 @@ from app.events import (
     StreamDelta,
     refusal_code,
 )
+from app.credentials import FALLBACK_ON, CredentialError, credential_for, open_sealed
 from app.execution.call import CallResult, call_provider
 from app.execution.continuation import stream_on
 from app.execution.deltas import DeltaPublisher

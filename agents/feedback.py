@@ -37,7 +37,7 @@ from faust.types import EventT
 from pydantic import ValidationError
 
 from agents.app import app, deadletter_topic, routing_log, settings
-from app.events import (
+from app.contract import (
     DeadLetter,
     FeedbackAccepted,
     FeedbackSweep,

@@ -37,7 +37,7 @@ from agents import exactly_once
 from agents.app import app, dispatch_log, dispatch_topic, settings, spill_log, spill_topic
 from agents.executor import run_dispatch
 from app import metrics
-from app.events import Dispatch
+from app.contract import Dispatch
 from app.routing.state import RouteState, attempt_key
 from app.worker.acks import InOrderAcks
 from app.worker.transactions import NotCommitted, Sender, direct

@@ -27,7 +27,7 @@ from faust import StreamT
 from agents import replies
 from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
 from app import metrics
-from app.events import DeadLetter, LogPosition, RequestAccepted
+from app.contract import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept, dead_letter, encode_accepted, refusal_reply
 from app.policy.holder import policy_holder
 from app.worker.acks import InOrderAcks

@@ -28,7 +28,7 @@ from aiokafka.errors import KafkaError
 from agents.app import requests_topic
 from agents.feedback import feedback_topic
 from app import metrics
-from app.events import Dispatch, Response
+from app.contract import Dispatch, Response
 from app.grades.judge import (
     JUDGE_PREFIX,
     judge_deployments,

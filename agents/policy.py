@@ -24,7 +24,7 @@ from faust import StreamT
 
 from agents.app import app, policy_topic, routing_log, settings
 from app.config.schema import ConfigError
-from app.events import PolicyChanged, derived_id, ledger_key
+from app.contract import PolicyChanged, derived_id, ledger_key
 from app.policy.document import document_from_file
 from app.policy.holder import policy_holder
 from app.policy.log import PolicyFollower, Version, proposal, propose

@@ -29,7 +29,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from agents.app import Publisher, settings
-from app.events import (
+from app.contract import (
     AttemptFinished,
     ChatRequest,
     Dispatch,

@@ -32,7 +32,7 @@ from agents.app import (
 )
 from agents.judge import read_judgement
 from app import metrics
-from app.events import Response, RouteTick, RoutingLogEvent, derived_id
+from app.contract import Response, RouteTick, RoutingLogEvent, derived_id
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
 from app.policy.holder import policy_holder

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from app.config.auto import AUTO_MODEL, auto_route
 from app.config.schema import RoutingConfig
-from app.events import (
+from app.contract import (
     REQUEST_REFUSED,
     ChatRequest,
     DeadLetter,

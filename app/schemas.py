@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.events import INTERNAL_EVENTS, PUBLIC_EVENTS
+from app.contract import INTERNAL_EVENTS, PUBLIC_EVENTS
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 

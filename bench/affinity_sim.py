@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.config.schema import RoutingConfig, parse_config
-from app.events import (
+from app.contract import (
     Decision,
     Dispatch,
     LogPosition,

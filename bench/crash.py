@@ -86,7 +86,7 @@ async def _total_pulls(worker: Worker) -> int:
 
 
 def _neutral(status_class: object) -> bool:
-    from app.events import StatusClass
+    from app.contract import StatusClass
     from app.routing.reliability import ACCOUNTING, Availability
 
     known = {s.value: s for s in StatusClass}

@@ -158,7 +158,7 @@ async def _sample(
     prompt: str,
     args: argparse.Namespace,
 ) -> Sample:
-    from app.events import ChatMessage, ChatRequest, StatusClass
+    from app.contract import ChatMessage, ChatRequest, StatusClass
     from app.execution.call import call_provider
     from app.routing.reliability import ends_request
 

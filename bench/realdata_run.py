@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from app.config.schema import ModelSpec, ProviderConfig, RouteConfig, RoutingConfig, deployment_id
-from app.events import (
+from app.contract import (
     ChatMessage,
     ChatRequest,
     Dispatch,

@@ -150,7 +150,7 @@ async def _check(
 def in_force(log: RecordedLog) -> dict[str, Any]:
     """Per decision: the version it names vs the one in force on its route at its position."""
     from app.audit.log import events
-    from app.events import Decision, PolicyChanged
+    from app.contract import Decision, PolicyChanged
 
     switches: dict[str, list[tuple[int, int]]] = {}
     providers: dict[int, set[str]] = {}

@@ -59,7 +59,7 @@ from app.audit.replay_parallel import (
 from app.audit.replay_worker import ROUTING_RECORD, FoldTask, fold_chunk
 from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig
-from app.events import StatusClass
+from app.contract import StatusClass
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities

@@ -13,7 +13,7 @@ from log_harness import Log
 from log_harness import replayed as replayed
 
 from app.config.schema import RoutingConfig, parse_config
-from app.events import (
+from app.contract import (
     AttemptFinished,
     Decision,
     Dispatch,

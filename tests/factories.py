@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig, deployment_id
-from app.events import (
+from app.contract import (
     AttemptFinished,
     ChatMessage,
     ChatRequest,

@@ -19,7 +19,7 @@ from factories import T0, outcome
 from app.audit.log import RecordedLog, parse
 from app.audit.replay import replay
 from app.audit.replay_report import ReplayReport
-from app.events import (
+from app.contract import (
     AttemptFinished,
     Decision,
     Dispatch,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from factories import policy
 
-from app.events import Dispatch
+from app.contract import Dispatch
 from app.router.pipeline import Pipeline
 from app.router.ports import Outbox, RouterPorts, Transactions
 from app.routing.book import PolicyBook

@@ -18,8 +18,8 @@ from factories import (
     route_state,
 )
 
+from app.contract import StatusClass
 from app.contract.mode import RoutingMode
-from app.events import StatusClass
 from app.routing import adaptive, strategies
 from app.routing.feedback import apply_outcome
 from app.routing.params import Strategy

@@ -9,7 +9,7 @@ from auto_factories import CacheLog, auto_policy, replayed, request
 from factories import T0, open_breaker
 
 from app.config.auto import AffinityConfig
-from app.events import Decision, Outcome, RequestAccepted, StatusClass
+from app.contract import Decision, Outcome, RequestAccepted, StatusClass
 from app.routing import affinity, rows
 from app.routing.driver import Driver
 from app.routing.policy import Policy

@@ -16,7 +16,7 @@ from app.analytics.schema import DECISIONS, create_statements
 from app.analytics.store import SourceRecord, Store
 from app.audit.decision_fields import COLUMNS, CONTEXT, SHOWN, context_of, scalar_type
 from app.audit.explain import build_trace
-from app.events import Decision
+from app.contract import Decision
 
 #: Columns the store fills itself, not from the decision.
 STORE_KEPT = {"previous_state_version", "kafka_topic", "kafka_partition", "kafka_offset"}

@@ -23,7 +23,7 @@ from app.audit.explain import build_trace
 from app.audit.export import write_export, write_parquet_export
 from app.audit.log import RecordedLog
 from app.cli import main
-from app.events import AttemptFinished, GradeApplied, RequestAccepted
+from app.contract import AttemptFinished, GradeApplied, RequestAccepted
 from app.grades.matching import grade_id
 from app.settings import Topics
 

@@ -13,7 +13,7 @@ from factories import T0, open_breaker
 from log_harness import Log, always
 
 from app.config.schema import ConfigError, parse_config
-from app.events import (
+from app.contract import (
     DeadLetter,
     Decision,
     GradeApplied,

@@ -13,8 +13,8 @@ from log_harness import Log
 from app.audit.replay import replay
 from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import ConfigError, RoutingConfig, parse_config
+from app.contract import Decision, StatusClass
 from app.contract.mode import RoutingMode
-from app.events import Decision, StatusClass
 from app.routing import tail
 from app.routing.capabilities import Needs
 from app.routing.feedback import apply_outcome

@@ -22,7 +22,7 @@ from factories import (
 )
 
 from app.config.schema import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
-from app.events import AttemptFinished, RequestAccepted, StatusClass
+from app.contract import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import bandit
 from app.routing.feedback import apply_outcome
 from app.routing.params import Strategy

@@ -8,7 +8,7 @@ from itertools import pairwise
 from types import SimpleNamespace
 
 from app.config.schema import parse_config
-from app.events import DeadLetter, LogPosition, RequestAccepted
+from app.contract import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept
 from bench.poison import Record, measure, schedule
 from bench.poison_records import KINDS

@@ -12,7 +12,7 @@ import pytest
 
 from app import cli
 from app.cli import main
-from app.events import AttemptFinished, RequestAccepted, StatusClass
+from app.contract import AttemptFinished, RequestAccepted, StatusClass
 from app.routing.fold import handle
 from app.routing.params import Strategy
 from app.routing.policy import Policy

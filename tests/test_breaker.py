@@ -24,7 +24,7 @@ from factories import (
 )
 from pydantic import ValidationError
 
-from app.events import AttemptFinished, RequestAccepted, StatusClass
+from app.contract import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import breaker as cb
 from app.routing.breaker import BreakerParams
 from app.routing.params import RoutingParams, Strategy, params_from_env

@@ -20,11 +20,11 @@ from stack_helpers import chat, publish, switchyard, warm_up
 
 from app.audit.log import events, read_broker
 from app.client import all_answered, read_topics
+from app.contract import AttemptFinished, BudgetSettle, Outcome, route_of
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.kafka import KafkaBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
-from app.events import AttemptFinished, BudgetSettle, Outcome, route_of
 from app.routing.budget import label_of
 
 pytestmark = pytest.mark.broker

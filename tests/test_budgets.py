@@ -8,7 +8,7 @@ from factories import T0, accepted, params, provider
 from log_harness import Log, always
 
 from app.config.schema import Budget, RouteConfig, RoutingConfig
-from app.events import (
+from app.contract import (
     RoutingLogEvent,
     StatusClass,
 )
@@ -137,7 +137,7 @@ def test_ledgers_and_holds_round_trip_in_rows() -> None:
 def test_copies_re_sent_after_a_crash_count_once() -> None:
     """A route that crashed re-folds from its last row and sends its asks and settlements
     again: the ledger counts each attempt once and holds nothing for a copy."""
-    from app.events import BudgetAsk, BudgetSettle
+    from app.contract import BudgetAsk, BudgetSettle
     from app.routing.budget import ask, settle
     from app.routing.budget_route import on_verdict
     from app.routing.state import Hold

@@ -9,7 +9,7 @@ from typing import Any
 from factories import T0, accepted, finished, fold, outcome, policy, provider
 
 from app.config.schema import parse_config
-from app.events import ChatMessage, ChatRequest, RequestAccepted, StatusClass
+from app.contract import ChatMessage, ChatRequest, RequestAccepted, StatusClass
 from app.routing.feedback import apply_outcome
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

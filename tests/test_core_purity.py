@@ -16,8 +16,8 @@ import pytest
 from factories import T0, accepted, provider, routing_config
 from log_harness import Log, replayed
 
+from app.contract import Decision, StatusClass, derived_id
 from app.contract.policy import PolicyChanged, PolicyDocument
-from app.events import Decision, StatusClass, derived_id
 from app.routing.answers import at
 from app.routing.book import PolicyBook, document_hash
 from app.routing.params import RoutingParams, env_names, params_from_env

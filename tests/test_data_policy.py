@@ -13,8 +13,8 @@ from log_harness import Log, always
 from pydantic import ValidationError
 
 from app.config.schema import parse_config
+from app.contract import ChatRequest, LogPosition, RequestAccepted, StatusClass
 from app.contract.request import ProviderPreferences
-from app.events import ChatRequest, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
 from app.routing.answers import at
 from app.routing.params import RoutingParams

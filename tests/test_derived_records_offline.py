@@ -13,7 +13,7 @@ from app.audit.log import events
 from app.audit.replay import replay
 from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import Budget, RouteConfig, RoutingConfig
-from app.events import BudgetSettle, RequestAccepted, StatusClass
+from app.contract import BudgetSettle, RequestAccepted, StatusClass
 from app.routing.policy import Policy
 
 PROFILES = {

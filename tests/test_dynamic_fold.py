@@ -10,7 +10,7 @@ from factories import T0, accepted, params, provider
 from log_harness import Log, always, replayed
 
 from app.config.schema import ConfigError, RouteConfig, RoutingConfig, parse_config
-from app.events import Decision, RequestAccepted, RoutingLogEvent, StatusClass
+from app.contract import Decision, RequestAccepted, RoutingLogEvent, StatusClass
 from app.routing.policy import Policy
 
 GRAPH: dict[str, Any] = {

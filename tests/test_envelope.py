@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.config.schema import ModelSpec, ProviderConfig, parse_config
-from app.events import (
+from app.contract import (
     AttemptFinished,
     Candidate,
     ChatMessage,

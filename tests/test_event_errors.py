@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from app.events import ChatRequest, Dispatch, RequestAccepted
+from app.contract import ChatRequest, Dispatch, RequestAccepted
 
 SECRET = "secret-prompt-text-0b9e"
 

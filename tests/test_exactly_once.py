@@ -23,9 +23,9 @@ from pydantic import ValidationError
 from stack_helpers import chat, total_pulls, wait_for_pulls
 
 from app.client import RequestPublisher, all_answered, read_topics
+from app.contract import StatusClass
 from app.embedded.kafka import KafkaBroker
 from app.embedded.stack import EmbeddedStack
-from app.events import StatusClass
 from app.routing.reliability import ACCOUNTING, Availability
 from app.settings import Settings
 from app.worker.transactions import NotCommitted, TransactionalWriter

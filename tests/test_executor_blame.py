@@ -19,7 +19,7 @@ import pytest
 
 import agents.executor as executor
 from app.config.schema import ModelSpec, ProviderConfig
-from app.events import (
+from app.contract import (
     ChatMessage,
     ChatRequest,
     Decision,

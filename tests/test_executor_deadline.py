@@ -15,7 +15,7 @@ import pytest
 from factories import T0, accepted, policy
 
 import agents.executor as executor
-from app.events import StatusClass
+from app.contract import StatusClass
 from app.routing.fold import LOST_ATTEMPT_GRACE_S, handle
 from app.routing.state import RouteState
 

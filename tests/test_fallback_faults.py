@@ -10,7 +10,7 @@ from factories import ROUTE, T0, accepted, finished, fold, outcome, policy, prov
 from log_harness import Log, tick
 from test_dynamic_fold import dynamic_policy, request
 
-from app.events import Decision, ErrorBody, StatusClass
+from app.contract import Decision, ErrorBody, StatusClass
 from app.routing.dynamic import fall_back
 from app.routing.state import RouteState
 

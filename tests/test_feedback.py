@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from factories import T0, dep, outcome
 
-from app.events import (
+from app.contract import (
     DeadLetter,
     Feedback,
     FeedbackAccepted,

@@ -13,7 +13,7 @@ from app.audit.explain import build_trace
 from app.audit.explain import render as render_trace
 from app.audit.log import RecordedLog, parse
 from app.audit.replay import rederive, render, replay
-from app.events import Feedback, GradeApplied, RoutingLogEvent
+from app.contract import Feedback, GradeApplied, RoutingLogEvent
 from app.grades.matching import grade_id
 
 POLICY = policy(provider("alpha-x"), provider("beta-x"))

@@ -23,7 +23,7 @@ from factories import (
     without_position,
 )
 
-from app.events import (
+from app.contract import (
     Exclusion,
     Response,
     StatusClass,

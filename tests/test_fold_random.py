@@ -24,7 +24,7 @@ from factories import (
     route_state,
 )
 
-from app.events import (
+from app.contract import (
     AttemptFinished,
     Decision,
     Dispatch,

@@ -8,10 +8,10 @@ from itertools import pairwise
 import pytest
 from pydantic import BaseModel
 
-import app.events
+import app.contract
 from app.audit.synthetic import synthetic_log
+from app.contract import Decision, LogPosition, Response
 from app.contract.base import Frozen
-from app.events import Decision, LogPosition, Response
 from bench.replay_speed import PROFILES, bench_policy
 
 
@@ -76,7 +76,7 @@ def _subclasses(cls: type) -> list[type]:
 def test_every_event_model_is_one_the_short_equality_fits() -> None:
     """``Frozen.__eq__`` skips what pydantic checks for generics, private attributes,
     extra fields and cached or computed values: no event model may have them."""
-    assert app.events  # every contract module imported
+    assert app.contract  # every contract module imported
     models = _subclasses(Frozen)
     assert len(models) >= 20
     for model in models:

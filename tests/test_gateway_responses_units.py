@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.events import ErrorBody, LogPosition, Response, StreamDelta
+from app.contract import ErrorBody, LogPosition, Response, StreamDelta
 from app.gateway.errors import GatewayError
 from app.gateway.relay import Relay
 from app.gateway.responses_api import history, ids, inputs, objects, tools

@@ -9,7 +9,7 @@ import pytest
 from factories import provider, routing_config
 
 from app.config.schema import GatewayKey
-from app.events import ErrorBody, ReplyTo, Response
+from app.contract import ErrorBody, ReplyTo, Response
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_dead_letter, from_error_body, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route, hash_key

@@ -15,7 +15,7 @@ from factories import accepted, fold, policy, provider
 from pydantic import ValidationError
 
 from app.config.schema import GuardrailRule, Guardrails, parse_config
-from app.events import OUTPUT_BLOCKED, StatusClass, StreamDelta, refusal_code
+from app.contract import OUTPUT_BLOCKED, StatusClass, StreamDelta, refusal_code
 from app.execution.deltas import DeltaPublisher
 from app.execution.guarded import guard_answer
 from app.execution.outcome import CallResult
@@ -231,7 +231,7 @@ async def test_the_delta_publisher_sends_screened_text_and_nothing_of_a_blocked_
 
 
 def test_input_rules_redact_the_messages_and_name_the_blocking_rule() -> None:
-    from app.events import ChatRequest
+    from app.contract import ChatRequest
 
     request = ChatRequest.model_validate(
         {
@@ -274,7 +274,7 @@ def test_input_rules_redact_the_messages_and_name_the_blocking_rule() -> None:
 
 
 def test_ingest_records_the_input_rules_and_the_fold_refuses_a_blocked_request() -> None:
-    from app.events import LogPosition
+    from app.contract import LogPosition
     from app.ingest import accept
     from app.routing.fold import at
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app.config.schema import parse_config
-from app.events import REQUEST_REFUSED, DeadLetter, LogPosition, ReplyTo, RequestAccepted
+from app.contract import REQUEST_REFUSED, DeadLetter, LogPosition, ReplyTo, RequestAccepted
 from app.gateway.errors import from_error_body
 from app.ingest import accept, dead_letter, refusal_reply
 
@@ -92,7 +92,7 @@ def test_dead_letter_id_is_stable_per_log_position() -> None:
 def test_derived_ids_are_uuid5_of_the_joined_parts() -> None:
     import uuid
 
-    from app.events import _ID_NAMESPACE, derived_id
+    from app.contract.base import _ID_NAMESPACE, derived_id
 
     for parts in [("decision", "r1", 1), ("x",), ("ünï", "cødé", 3)]:
         expected = uuid.uuid5(_ID_NAMESPACE, "/".join(map(str, parts)))

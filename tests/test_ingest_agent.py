@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 from factories import policy
 
 import agents.ingest as ingest
-from app.events import DeadLetter, LogPosition
+from app.contract import DeadLetter, LogPosition
 
 WHERE = LogPosition(topic="llm.requests", partition=1, offset=7)
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
-from app.events import DeadLetter, LogPosition
+from app.contract import DeadLetter, LogPosition
 from app.ingest import dead_letter
 from app.worker.intake import take_one
 

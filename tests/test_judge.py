@@ -12,8 +12,8 @@ from factories import SECRET, params
 
 from app.audit.export import read_policy, write_policy
 from app.config.schema import ConfigError, JudgeConfig, RoutingConfig, parse_config
+from app.contract import ChatMessage, ChatRequest, ErrorBody, Response
 from app.embedded.simulated.judging import judge_reply
-from app.events import ChatMessage, ChatRequest, ErrorBody, Response
 from app.grades.judge import (
     JUDGE_MARKER,
     MAX_JUDGE_TEXT_CHARS,

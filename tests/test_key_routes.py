@@ -11,7 +11,7 @@ from factories import T0, accepted, params, provider
 from log_harness import Log
 
 from app.config.schema import RouteConfig, RoutingConfig
-from app.events import ReplyTo, RequestAccepted, RoutingOptions
+from app.contract import ReplyTo, RequestAccepted, RoutingOptions
 from app.gateway.translate import request_event
 from app.routing.policy import Policy
 

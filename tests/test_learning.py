@@ -10,7 +10,7 @@ import pytest
 from factories import T0, accepted, dep, finish, params, policy, provider
 
 from app.config.schema import RouteConfig, RoutingConfig, TenantPolicy
-from app.events import GradeApplied, derived_id
+from app.contract import GradeApplied, derived_id
 from app.routing import context, estimates, evidence, pacer
 from app.routing.fold import at, handle
 from app.routing.grading import apply_grade

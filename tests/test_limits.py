@@ -12,7 +12,7 @@ from factories import T0, accepted, params, provider
 from log_harness import Log
 
 from app.config.schema import Budget, RouteConfig, RoutingConfig
-from app.events import Decision, ErrorBody, Response, RoutingLogEvent, StatusClass
+from app.contract import Decision, ErrorBody, Response, RoutingLogEvent, StatusClass
 from app.gateway.errors import from_error_body
 from app.routing.budget import label_of, seconds_left
 from app.routing.driver import Driver

@@ -22,7 +22,7 @@ from factories import (
     route_state,
 )
 
-from app.events import RequestAccepted, RouteTick, RoutingLogEvent, StatusClass
+from app.contract import RequestAccepted, RouteTick, RoutingLogEvent, StatusClass
 from app.routing.driver import Driver, Recalled, find_in_log
 from app.routing.feedback import apply_outcome
 from app.routing.fold import Step, Want, at

@@ -12,7 +12,7 @@ from aiohttp import web
 from factories import T0, accepted, finished, fold, outcome
 
 from app.config.schema import parse_config
-from app.events import ChatMessage, ChatRequest, ProviderPreferences, StatusClass
+from app.contract import ChatMessage, ChatRequest, ProviderPreferences, StatusClass
 from app.execution.call import call_provider, confidence_of
 from app.execution.http import make_client
 from app.execution.outcome import is_final

@@ -17,7 +17,7 @@ from factories import T0, accepted, finish
 from faust.streams import _current_event
 from router_fakes import Wired, wired
 
-from app.events import RoutingLogEvent
+from app.contract import RoutingLogEvent
 from app.router.pipeline import Pipeline
 from app.worker.local_log import LocalLog
 

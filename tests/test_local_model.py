@@ -17,6 +17,7 @@ import yaml
 
 from app import cli
 from app.config.schema import parse_config
+from app.contract import ChatMessage, ChatRequest
 from app.embedded import local_model
 from app.embedded.local_model import (
     INSTALL_HINT,
@@ -33,7 +34,6 @@ from app.embedded.local_providers import (
     with_local_model,
 )
 from app.embedded.simulated.providers_file import providers_config
-from app.events import ChatMessage, ChatRequest
 from app.execution.call import request_body
 from app.grades.judge import parse_score
 from bench import local_model as bench

@@ -23,6 +23,7 @@ import yaml
 from stack_helpers import collect, publish
 
 from app.config.schema import ProviderConfig
+from app.contract import ChatMessage, ChatRequest, StatusClass
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.local_model import MODEL_NAME, LocalModelServer, missing_reason
 from app.embedded.local_providers import (
@@ -33,7 +34,6 @@ from app.embedded.local_providers import (
 )
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
-from app.events import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import call_provider
 from app.execution.http import make_client
 from app.grades.judge import answer_text, parse_score

@@ -9,7 +9,7 @@ from typing import Any
 from factories import fold
 
 from app.config.schema import parse_config
-from app.events import ChatRequest, DeadLetter, LogPosition, RequestAccepted
+from app.contract import ChatRequest, DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept
 from app.routing.fold import at
 from app.routing.params import RoutingParams

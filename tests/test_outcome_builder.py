@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from app.events import AttemptFinished, Dispatch, StatusClass
+from app.contract import AttemptFinished, Dispatch, StatusClass
 from app.execution.envelope import seal
 from app.execution.outcome import (
     CallResult,

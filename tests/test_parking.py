@@ -17,7 +17,7 @@ from factories import (
     route_state,
 )
 
-from app.events import RouteTick, StatusClass
+from app.contract import RouteTick, StatusClass
 from app.routing.fold import at, handle
 from app.routing.parking import wait_s
 from app.routing.rows import dumps

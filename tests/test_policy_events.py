@@ -10,8 +10,8 @@ from factories import T0, accepted, dep, finish, params, provider, routing_confi
 from app.audit.log import RecordedLog, parse
 from app.audit.replay import replay
 from app.config.schema import ConfigError
+from app.contract import RoutingLogEvent, derived_id
 from app.contract.policy import PolicyChanged, PolicyDocument, PolicyProposed
-from app.events import RoutingLogEvent, derived_id
 from app.policy.document import document_from_file, with_local_keys
 from app.policy.files import load_config
 from app.policy.log import number_versions

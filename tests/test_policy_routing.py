@@ -9,7 +9,7 @@ import pytest
 from factories import T0, finished, fold, outcome
 
 from app.config.schema import parse_config
-from app.events import ChatRequest, LogPosition, RequestAccepted, StatusClass
+from app.contract import ChatRequest, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
 from app.routing.fold import at
 from app.routing.params import RoutingParams

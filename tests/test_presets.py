@@ -10,7 +10,7 @@ import pytest
 from factories import fold
 
 from app.config.schema import ConfigError, ProviderLists, parse_config
-from app.events import ChatRequest, DeadLetter, LogPosition, ReplyTo, RequestAccepted
+from app.contract import ChatRequest, DeadLetter, LogPosition, ReplyTo, RequestAccepted
 from app.gateway.errors import GatewayError
 from app.gateway.translate import request_event
 from app.ingest import accept

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.config.schema import ModelSpec, ProviderConfig
-from app.events import ChatMessage, ChatRequest, StatusClass
+from app.contract import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import call_provider
 from app.execution.stream import stream_provider
 

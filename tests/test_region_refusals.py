@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.events import REGION_NOT_SERVED, StatusClass, refusal_code
+from app.contract import REGION_NOT_SERVED, StatusClass, refusal_code
 from app.execution.call import classify_response
 from app.execution.outcome import retriable
 from app.routing.reliability import ACCOUNTING, Availability, moves_on

@@ -15,7 +15,7 @@ from factories import (
     provider,
 )
 
-from app.events import StatusClass
+from app.contract import StatusClass
 from app.routing.feedback import apply_outcome
 from app.routing.reliability import (
     ACCOUNTING,

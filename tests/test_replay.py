@@ -18,7 +18,7 @@ from app.audit.replay import rederive, render, replay
 from app.audit.side_by_side import render as render_side_by_side
 from app.audit.synthetic import Profile, synthetic_log
 from app.cli import main
-from app.events import AttemptFinished, StatusClass
+from app.contract import AttemptFinished, StatusClass
 from app.execution.outcome import finish as executor_finish
 from app.execution.outcome import recorded_result
 from app.routing.policy import Policy

@@ -7,7 +7,7 @@ from test_replay import three
 
 from app.audit.log import RecordedLog, parse
 from app.audit.replay import replay
-from app.events import AttemptFinished
+from app.contract import AttemptFinished
 from app.routing.answers import success_response
 
 CHEAP = dep("cerebras-x")

@@ -22,8 +22,8 @@ from app.audit.replay_worker import Folded
 from app.audit.synthetic import Profile, synthetic_log
 from app.cli import main
 from app.config.schema import Budget, RouteConfig, RoutingConfig
+from app.contract import AttemptFinished, BudgetAsk, RoutingLogEvent, StatusClass, derived_id
 from app.contract.policy import PolicyChanged, PolicyDocument
-from app.events import AttemptFinished, BudgetAsk, RoutingLogEvent, StatusClass, derived_id
 from app.routing.answers import at
 from app.routing.book import PolicyBook, document_hash, params_document
 from app.routing.driver import Driver

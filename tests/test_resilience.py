@@ -20,7 +20,7 @@ from factories import (
     route_state,
 )
 
-from app.events import RouteTick, StatusClass
+from app.contract import RouteTick, StatusClass
 from app.routing.feedback import apply_outcome
 from app.routing.fold import at, backoff_s, handle
 from app.routing.params import BreakerMode, Strategy

@@ -16,9 +16,9 @@ import yaml
 
 from app.config.dynamic_routes import DynamicRoutes, GraphError, RouteGraph, parse_dynamic_routes
 from app.config.schema import parse_config
+from app.contract import StatusClass
 from app.contract.features import Features
 from app.contract.request import ChatMessage, ChatRequest
-from app.events import StatusClass
 from app.routing.graph import (
     BudgetCheck,
     RateCheck,

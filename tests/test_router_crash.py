@@ -17,7 +17,7 @@ import pytest
 from factories import T0, accepted, finish
 from router_fakes import Wired, wired
 
-from app.events import RouteTick, derived_id
+from app.contract import RouteTick, derived_id
 from app.router.pipeline import SendFailed
 from app.routing.fold import at
 from app.routing.state import RouteState

@@ -19,7 +19,7 @@ from factories import (
 )
 
 from app.config.schema import RouteConfig
-from app.events import (
+from app.contract import (
     derived_id,
 )
 from app.routing.fold import at, handle

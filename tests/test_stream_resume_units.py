@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.config.schema import GatewayKey
-from app.events import Response, StreamDelta
+from app.contract import Response, StreamDelta
 from app.gateway.errors import GatewayError
 from app.gateway.relay import STREAM_INTERRUPTED, Relay
 from app.gateway.resume import asked_id, deltas_partition, last_event_id, owns

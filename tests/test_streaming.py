@@ -12,7 +12,7 @@ from llmock.scenarios import StreamFault
 from llmock.testing import LLMockServer
 
 from app.config.schema import ProviderConfig
-from app.events import ChatMessage, ChatRequest, StatusClass
+from app.contract import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import CallResult
 from app.execution.http import make_client
 from app.execution.outcome import is_final

@@ -18,8 +18,8 @@ from factories import provider as make_provider
 
 from app.audit.streams import answer_of, reassemble
 from app.config.schema import ProviderConfig
+from app.contract import ChatMessage, ChatRequest, ErrorBody, Response, StatusClass, StreamDelta
 from app.embedded.simulated import SimulatedProviders
-from app.events import ChatMessage, ChatRequest, ErrorBody, Response, StatusClass, StreamDelta
 from app.execution.deltas import DeltaPublisher
 from app.execution.http import make_client
 from app.execution.stream import stream_provider

@@ -34,7 +34,7 @@ from auto_factories import CacheLog
 from factories import T0, params
 
 from app.config.schema import RoutingConfig, parse_config
-from app.events import Decision, LogPosition, RequestAccepted, Response, StatusClass
+from app.contract import Decision, LogPosition, RequestAccepted, Response, StatusClass
 from app.ingest import accept
 from app.routing.answers import at
 from app.routing.driver import Driver

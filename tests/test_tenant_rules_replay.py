@@ -13,7 +13,7 @@ from typing import Any
 from log_harness import Log, replayed
 
 from app.config.schema import parse_config
-from app.events import Decision, LogPosition, RequestAccepted, StatusClass
+from app.contract import Decision, LogPosition, RequestAccepted, StatusClass
 from app.ingest import accept
 from app.routing.fold import at
 from app.routing.params import RoutingParams

@@ -21,7 +21,7 @@ from factories import (
     route_state,
 )
 
-from app.events import StatusClass
+from app.contract import StatusClass
 from app.routing import bandit
 from app.routing.feedback import apply_outcome
 from app.routing.params import Strategy

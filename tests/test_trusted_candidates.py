@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from app.audit.synthetic import synthetic_log
-from app.events import Candidate, Exclusion
+from app.contract import Candidate, Exclusion
 from app.routing.driver import Driver
 from bench.replay_speed import PROFILES, bench_policy
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from app.audit.replay import replay
 from app.audit.synthetic import synthetic_log
-from app.events import ChatMessage, ErrorBody, Response
+from app.contract import ChatMessage, ErrorBody, Response
 from app.routing.driver import Driver
 from app.routing.records import record, trusted
 from bench.replay_speed import PROFILES, bench_policy

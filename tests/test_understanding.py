@@ -8,7 +8,7 @@ import pytest
 from factories import provider
 
 from app.config.schema import deployment_id
-from app.events import ChatMessage, ChatRequest
+from app.contract import ChatMessage, ChatRequest
 from app.understanding.domains import (
     DOMAIN_ORDER,
     PATTERNS,

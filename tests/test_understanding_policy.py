@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from factories import T0
 
+from app.contract import ChatMessage, ChatRequest
 from app.contract.mode import RoutingMode
-from app.events import ChatMessage, ChatRequest
 from app.routing import bandit
 from app.routing.rate_window import RateWindow, admit, prune, retry_after_s, window_index
 from app.routing.rows import dumps, loads

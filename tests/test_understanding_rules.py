@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from app import ingest
-from app.events import ChatMessage, ChatRequest
+from app.contract import ChatMessage, ChatRequest
 from app.understanding.domains import DOMAIN_ORDER, detect_domain
 from app.understanding.patterns import DOMAIN_TABLE
 from app.understanding.rules import RuleSet, parse_rules, split_alternatives

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from app.audit.decision_fields import COLUMNS as DECISION_COLUMNS
 from app.audit.decision_fields import context_of
-from app.events import (
+from app.contract import (
     Decision,
     FeedbackAccepted,
     GradeApplied,

@@ -20,7 +20,7 @@ import orjson
 from app.audit.log import Entry, RecordedLog, parse
 from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import ProviderConfig, RoutingConfig
-from app.events import (
+from app.contract import (
     AttemptFinished,
     Decision,
     Feedback,

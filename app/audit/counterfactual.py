@@ -31,7 +31,7 @@ from typing import Any
 
 from app.audit.estimate import MEASURED, SOURCES, OutcomeModel, Source
 from app.audit.log import RecordedLog, RoutingEvent, events
-from app.events import (
+from app.contract import (
     AttemptFinished,
     BudgetAsk,
     BudgetSettle,

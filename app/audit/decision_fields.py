@@ -21,7 +21,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal, Union, get_args, get_origin
 
-from app.events import Decision
+from app.contract import Decision
 
 #: Decision fields the trace shows in their own place; any other field (selection
 #: rule, domain, mode ... as the routing core adds them) is listed as context.

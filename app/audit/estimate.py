@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.events import Outcome
+from app.contract import Outcome
 from app.routing.bandit import seeded_rng
 from app.routing.fold import epoch
 

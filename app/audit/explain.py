@@ -22,7 +22,7 @@ from typing import Any
 from app.audit.decision_fields import context_of
 from app.audit.grades import grades_before, grades_of
 from app.audit.log import RecordedLog, events
-from app.events import AttemptFinished, Candidate, Decision, RequestAccepted
+from app.contract import AttemptFinished, Candidate, Decision, RequestAccepted
 
 #: What each exclusion reason means, for a person; a reason not listed is shown as it is.
 EXCLUSION_REASONS = {

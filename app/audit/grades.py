@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.audit.log import RecordedLog, events
-from app.events import AttemptFinished, Decision, Feedback, GradeApplied, StatusClass
+from app.contract import AttemptFinished, Decision, Feedback, GradeApplied, StatusClass
 from app.grades.matching import grade_id
 
 

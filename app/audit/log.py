@@ -37,7 +37,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from app.audit.gc_pause import no_cycle_collection
 from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
-from app.events import (
+from app.contract import (
     Decision,
     Feedback,
     FeedbackAccepted,
@@ -46,7 +46,7 @@ from app.events import (
     Response,
     RoutingLogEvent,
 )
-from app.events import RoutingEvent as RoutingEvent  # the audit tools import it from here
+from app.contract import RoutingEvent as RoutingEvent  # the audit tools import it from here
 from app.grades.intake import accept_feedback
 from app.kafka import client_security
 from app.settings import Topics

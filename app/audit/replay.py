@@ -44,7 +44,7 @@ from app.audit.replay_parallel import (
 )
 from app.audit.replay_report import Mismatch, MismatchKind, ReplayReport, diff, render
 from app.audit.replay_worker import Made
-from app.events import AttemptFinished, Decision, PolicyChanged, Response
+from app.contract import AttemptFinished, Decision, PolicyChanged, Response
 from app.routing.answers import answers, success_response
 from app.routing.book import PolicyBook
 from app.routing.driver import Driver

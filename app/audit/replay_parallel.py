@@ -70,7 +70,7 @@ from types import TracebackType
 from app.audit import replay_worker
 from app.audit.log import Entry, RoutingEvent
 from app.audit.replay_worker import Chunk, Folded, FoldTask, Made
-from app.events import AttemptFinished, RequestAccepted, route_of
+from app.contract import AttemptFinished, RequestAccepted, route_of
 from app.routing.book import PolicyBook
 from app.routing.policy import Policy
 from app.routing.state import RouteState
@@ -83,7 +83,7 @@ UNROUTABLE = "\x00unroutable"
 
 
 def route_keys(entries: Sequence[Entry[RoutingEvent]]) -> list[str | None]:
-    """Each entry's routing-log key, :func:`~app.events.route_of` (None: unreadable,
+    """Each entry's routing-log key, :func:`~app.contract.route_of` (None: unreadable,
     folded nowhere); the two common events' without a call."""
     keys: list[str | None] = []
     add = keys.append

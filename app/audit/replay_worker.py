@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pydantic import TypeAdapter
 
 from app.audit.gc_pause import no_cycle_collection
-from app.events import AttemptFinished, RoutingEvent, RoutingLogEvent
+from app.contract import AttemptFinished, RoutingEvent, RoutingLogEvent
 from app.routing.answers import answers, success_response
 from app.routing.book import PolicyBook
 from app.routing.driver import Driver

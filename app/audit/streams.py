@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.events import StreamDelta
+from app.contract import StreamDelta
 from app.execution.pieces import merge_tool_call, whole_text
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.audit.log import Entry, RecordedLog, RoutingEvent, parse
-from app.events import (
+from app.contract import (
     ChatMessage,
     ChatRequest,
     Dispatch,

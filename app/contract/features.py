@@ -1,8 +1,8 @@
 """What request analysis hands routing, as data: the request's features and domain.
 
 The models only; :mod:`app.understanding` computes them (docs/design.md#routing; its
-rule tables say what each field means). They sit here, below :mod:`app.events`, so the
-event contract depends on nothing but pydantic.
+rule tables say what each field means). They sit here, in the
+event contract, which depends on nothing but pydantic.
 """
 
 from __future__ import annotations

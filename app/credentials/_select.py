@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 from app.config.schema import Credential, RoutingConfig
-from app.events import StatusClass
+from app.contract import StatusClass
 
 #: Results of an own key after which ``fallback: managed`` calls again with the managed
 #: key in the same attempt: the key was refused, or its own quota ran out.

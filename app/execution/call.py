@@ -26,7 +26,7 @@ from typing import Any, Final
 import httpx
 
 from app.config.schema import ProviderConfig
-from app.events import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
+from app.contract import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.cache_marks import without_cache_marks
 from app.execution.limits import CallLimits
 from app.execution.outcome import CallResult as CallResult  # what call_provider returns

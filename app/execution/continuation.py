@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.config.schema import ProviderConfig
-from app.events import ChatMessage, ChatRequest, StatusClass, refusal_code
+from app.contract import ChatMessage, ChatRequest, StatusClass, refusal_code
 from app.execution.deltas import DeltaPublisher
 from app.execution.outcome import CallResult
 

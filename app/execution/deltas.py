@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from app.events import Dispatch, StreamDelta, StreamEnd, delta_id
+from app.contract import Dispatch, StreamDelta, StreamEnd, delta_id
 from app.execution.pieces import whole_text
 from app.guardrails import StreamScreen
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from app.config.schema import ProviderConfig
-from app.events import RESPONSE_TOO_LARGE, Dispatch, Outcome, Response, StatusClass
+from app.contract import RESPONSE_TOO_LARGE, Dispatch, Outcome, Response, StatusClass
 from app.execution.outcome import CallResult, finish
 from app.routing.answers import answers, success_response
 

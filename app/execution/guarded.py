@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from app.events import OUTPUT_BLOCKED, StatusClass
+from app.contract import OUTPUT_BLOCKED, StatusClass
 from app.execution.outcome import CallResult
 from app.guardrails import Rules, screen
 

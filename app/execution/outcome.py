@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from app.config.schema import ProviderConfig
-from app.events import (
+from app.contract import (
     CONTEXT_LENGTH_EXCEEDED,
     REGION_NOT_SERVED,
     AttemptFinished,

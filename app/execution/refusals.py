@@ -5,7 +5,7 @@ All are the request's doing, not the provider's failing: ``client_error``,
 neutral for the provider's health, never retried on the same deployment. The
 outcome's error names them first (``context_length_exceeded: HTTP 400 (...)``,
 ``content_policy_violation: finish_reason content_filter``; the words are
-:data:`app.events.REFUSAL_CODES`), so the router can act on them without a field of
+:data:`app.contract.REFUSAL_CODES`), so the router can act on them without a field of
 their own: another model may have a larger window, and the requester learns the code.
 
 The provider's message is read to recognise a context-window refusal (servers word
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from app.events import CONTENT_POLICY_VIOLATION, CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED
+from app.contract import CONTENT_POLICY_VIOLATION, CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED
 
 #: Error codes (or types) of a prompt beyond the context window: OpenAI's, llama.cpp's.
 CONTEXT_CODES: Final = frozenset(

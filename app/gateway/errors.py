@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.events import REQUEST_REFUSED, RESPONSE_TOO_LARGE, ErrorBody
+from app.contract import REQUEST_REFUSED, RESPONSE_TOO_LARGE, ErrorBody
 
 #: OpenAI's error ``type`` for each status the gateway answers with.
 ERROR_TYPES: dict[int, str] = {

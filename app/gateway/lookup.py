@@ -27,7 +27,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
-from app.events import LogPosition, Response
+from app.contract import LogPosition, Response
 from app.kafka import client_security
 
 #: Give up on a lookup after this long.

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.events import Response, StreamDelta
+from app.contract import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.chunks import STREAM_INTERRUPTED as STREAM_INTERRUPTED
 from app.gateway.chunks import ChatChunks

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
 from app.config.schema import GatewayKey
-from app.events import Response, StreamDelta
+from app.contract import Response, StreamDelta
 from app.gateway.errors import GatewayError, invalid
 from app.gateway.lookup import partition_of
 from app.kafka import client_security

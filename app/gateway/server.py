@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from app.config.schema import GatewayKey
-from app.events import Response, StreamDelta
+from app.contract import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.errors import GatewayError, from_error_body, invalid
 from app.gateway.messages_api.api import add_routes as add_messages_routes

@@ -29,7 +29,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from app.config.schema import GatewayKey, RoutingConfig
-from app.events import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
+from app.contract import DeadLetter, LogPosition, ReplyTo, Response, StreamDelta
 from app.gateway.errors import GatewayError, from_dead_letter, invalid, no_answer_in_time
 from app.gateway.keys import KeyRing, check_route
 from app.gateway.lookup import ResponseLookup

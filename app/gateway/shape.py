@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from app.events import Response
+from app.contract import Response
 
 #: Characters per content chunk of a stream built from a whole answer.
 CHUNK_CHARS = 64

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.events import ReplyTo
+from app.contract import ReplyTo
 from app.gateway.errors import GatewayError, invalid
 
 #: Body fields copied into the request event as they are (the schema checks them).

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from app.compat.fetch_pacing import pace_fetches
 from app.compat.tansu import fetch_max_wait_ms
 from app.config.schema import ConfigError
-from app.events import Response, StreamDelta
+from app.contract import Response, StreamDelta
 from app.kafka import client_security
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from app.events import Response, StreamDelta
+from app.contract import Response, StreamDelta
 from app.gateway.errors import GatewayError, invalid
 from app.gateway.relay import Relay
 from app.ingest import read_json

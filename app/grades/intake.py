@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from app.events import DeadLetter, Feedback, FeedbackAccepted, LogPosition, derived_id
+from app.contract import DeadLetter, Feedback, FeedbackAccepted, LogPosition, derived_id
 from app.ingest import dead_letter, read_json
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
 

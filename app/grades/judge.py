@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config.schema import JudgeConfig, RoutingConfig
-from app.events import (
+from app.contract import (
     ChatMessage,
     ChatRequest,
     Feedback,

@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.events import Feedback, GradeApplied, LogPosition, Outcome, StatusClass, derived_id
+from app.contract import Feedback, GradeApplied, LogPosition, Outcome, StatusClass, derived_id
 
 #: Feedback ids remembered per request (each one a grade applied); more are refused.
 MAX_GRADES = 16

@@ -19,8 +19,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
+from app.contract import derived_id
 from app.contract.policy import PolicyDocument, PolicyProposed, PolicySource
-from app.events import derived_id
 from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security, ensure_topics
 from app.routing.book import PolicyBook, document_hash
 from app.settings import Settings

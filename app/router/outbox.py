@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from app import metrics
-from app.events import route_of
+from app.contract import route_of
 from app.router.ports import Outbox
 from app.routing.fold import Step
 from app.worker.transactions import Sender

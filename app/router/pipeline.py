@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from app import metrics
-from app.events import AttemptFinished, RoutingLogEvent, route_of
+from app.contract import AttemptFinished, RoutingLogEvent, route_of
 from app.router.outbox import publish
 from app.router.ports import RouterPorts
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.events import Dispatch, Response
+from app.contract import Dispatch, Response
 from app.routing.driver import Recall, Recalled
 from app.routing.fold import Want
 from app.routing.state import RouteState

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from app.events import (
+from app.contract import (
     ROUTE_NOT_ALLOWED,
     Decision,
     Dispatch,

@@ -25,7 +25,7 @@ import hashlib
 from dataclasses import dataclass
 
 from app.config.auto import DEFAULT_AFFINITY, AffinityConfig
-from app.events import Outcome, RequestAccepted, StatusClass
+from app.contract import Outcome, RequestAccepted, StatusClass
 from app.routing.policy import Policy
 from app.routing.state import Pin, RouteState, evolve_route
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.events import (
+from app.contract import (
     RESPONSE_TOO_LARGE,
     AttemptFinished,
     ErrorBody,

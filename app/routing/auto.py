@@ -36,8 +36,8 @@ from fnmatch import fnmatchcase
 
 from app.config.auto import AUTO_MODEL, AutoConfig
 from app.config.schema import ProviderConfig, deployment_id
+from app.contract import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.contract.mode import RoutingMode
-from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing import context, estimates
 from app.routing.auto_classify import Classification, classify
 from app.routing.candidates import LIST_RULES, CandidatePlan, not_allowed, provider_lists

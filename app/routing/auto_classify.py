@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.events import RequestAccepted
+from app.contract import RequestAccepted
 from app.understanding.text import normalised, request_text
 
 WORKLOADS: tuple[str, ...] = (

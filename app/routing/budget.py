@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.config.access import UNITS, WINDOWS
 from app.config.schema import Budget
-from app.events import BudgetAsk, BudgetSettle, BudgetVerdict, RoutingLogEvent, derived_id
+from app.contract import BudgetAsk, BudgetSettle, BudgetVerdict, RoutingLogEvent, derived_id
 from app.routing.answers import at
 from app.routing.state import Amount, Ledger, Spent, Waiting, attempt_key
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.events import (
+from app.contract import (
     BudgetAsk,
     BudgetSettle,
     BudgetVerdict,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from app.config.schema import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
-from app.events import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
+from app.contract import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing import breaker
 from app.routing.capabilities import needs_of, unable
 from app.routing.data_policy import breaks, rules_of

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from app.config.schema import ModelSpec
-from app.events import ErrorBody, Exclusion, RequestAccepted
+from app.contract import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState, RouteState, evolve_arm
 

@@ -14,7 +14,7 @@ pure function of the accepted request, so a replay finds the same buckets.
 
 from __future__ import annotations
 
-from app.events import RequestAccepted
+from app.contract import RequestAccepted
 
 #: The level every request shares (the deployment's overall statistics).
 EVERYTHING = "*"

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.config.schema import ProviderConfig, TenantPolicy
-from app.events import ErrorBody, Exclusion, RequestAccepted
+from app.contract import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.presets import applying
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
-from app.events import PolicyChanged, RequestAccepted, RoutingLogEvent, route_of
+from app.contract import PolicyChanged, RequestAccepted, RoutingLogEvent, route_of
 from app.routing.book import PolicyBook
 from app.routing.fold import Step, Want, handle, take, wanted
 from app.routing.policy import Policy

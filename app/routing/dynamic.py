@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from app.events import (
+from app.contract import (
     DynamicTrace,
     ErrorBody,
     LogPosition,

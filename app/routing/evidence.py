@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from app.events import GradeApplied, Outcome, StatusClass
+from app.contract import GradeApplied, Outcome, StatusClass
 from app.routing import context
 from app.routing.bandit import THOMPSON_SUCCESS_THRESHOLD
 from app.routing.policy import Policy

@@ -8,7 +8,7 @@ nor the breaker.
 
 from __future__ import annotations
 
-from app.events import Outcome, StatusClass
+from app.contract import Outcome, StatusClass
 from app.routing import adaptive, bandit, breaker, evidence, tail
 from app.routing.policy import Policy
 from app.routing.reliability import ACCOUNTING, Availability

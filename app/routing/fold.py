@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from app.events import (
+from app.contract import (
     CONTEXT_LENGTH_EXCEEDED,
     AttemptFinished,
     BudgetAsk,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.events import GradeApplied
+from app.contract import GradeApplied
 from app.routing.evidence import observe_grade
 from app.routing.policy import Policy
 from app.routing.state import RECENT_GRADES, RouteState

@@ -8,7 +8,7 @@ replay of the log moves it the same way.
 
 from __future__ import annotations
 
-from app.events import RequestAccepted
+from app.contract import RequestAccepted
 from app.routing import context, pacer
 from app.routing.capabilities import Needs, needs_of
 from app.routing.policy import Policy

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.events import RequestAccepted
+from app.contract import RequestAccepted
 from app.routing import context, evidence
 from app.routing.policy import Policy
 from app.routing.state import Pacer, RouteState

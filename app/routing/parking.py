@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.events import Exclusion
+from app.contract import Exclusion
 from app.routing import bandit
 from app.routing.policy import Policy
 

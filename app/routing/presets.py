@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.config.schema import Preset, ProviderLists, RoutingConfig
-from app.events import ChatMessage, ChatRequest, RequestAccepted
+from app.contract import ChatMessage, ChatRequest, RequestAccepted
 
 #: The code of a request naming a preset the policy does not have.
 UNKNOWN_PRESET = "unknown_preset"

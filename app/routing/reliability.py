@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.events import CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED, ROUTE_NOT_ALLOWED, StatusClass
+from app.contract import CONTEXT_LENGTH_EXCEEDED, REGION_NOT_SERVED, ROUTE_NOT_ALLOWED, StatusClass
 
 
 class Availability(StrEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from app.events import Candidate, Exclusion
+from app.contract import Candidate, Exclusion
 from app.routing import breaker, status, strategies
 from app.routing.affinity import Stick
 from app.routing.candidates import CandidatePlan

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from app.config.schema import deployment_id
-from app.events import ErrorBody, Exclusion, RequestAccepted
+from app.contract import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState
 

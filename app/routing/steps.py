@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import field, replace
 
-from app.events import Dispatch, Response, RoutingLogEvent
+from app.contract import Dispatch, Response, RoutingLogEvent
 from app.routing.records import record
 from app.routing.state import ArmState, RouteState
 

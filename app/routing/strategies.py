@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from app.contract import Candidate
 from app.contract.mode import RoutingMode
-from app.events import Candidate
 from app.routing import adaptive, bandit, context, estimates, tail
 from app.routing.capabilities import Needs, model_spec
 from app.routing.learning import NO_LEARNING, Learning

@@ -86,7 +86,7 @@ audio     output    |\bgener\w*\s+(?:(?:un|une|an?|the)\s+)?(?:audio|son|sound)\
 """
 
 if TYPE_CHECKING:
-    from app.events import ChatRequest
+    from app.contract import ChatRequest
 
 
 #: Version of every rule table and threshold behind the features: a decision trace that

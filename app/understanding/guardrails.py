@@ -27,7 +27,7 @@ RULE_RATE_LIMITED = "tenant_rate_limited"
 
 
 if TYPE_CHECKING:
-    from app.events import ChatRequest
+    from app.contract import ChatRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from app.understanding.text import part_text
 
 if TYPE_CHECKING:
-    from app.events import ChatRequest
+    from app.contract import ChatRequest
 
 #: Characters of the canonical prefix hashed (about 2,000 tokens: past every
 #: provider's minimum cacheable prefix, 1,024 tokens).

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.events import ChatRequest
+    from app.contract import ChatRequest
 
 
 _SPELLED_OUT = {

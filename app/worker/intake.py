@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
-from app.events import DeadLetter, LogPosition
+from app.contract import DeadLetter, LogPosition
 from app.ingest import dead_letter
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
-from app.events import RequestAccepted, RoutingLogEvent, route_of
+from app.contract import RequestAccepted, RoutingLogEvent, route_of
 from app.kafka import client_security
 from app.routing.driver import Recall, Recalled
 from app.routing.fold import Want

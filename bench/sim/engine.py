@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 
 from app.config.schema import ProviderConfig
-from app.events import (
+from app.contract import (
     AttemptFinished,
     Decision,
     Dispatch,

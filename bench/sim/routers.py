@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from app.events import AttemptFinished, Dispatch, RequestAccepted
+from app.contract import AttemptFinished, Dispatch, RequestAccepted
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from app.config.schema import ProviderConfig, RoutingConfig, deployment_id
+from app.contract import StatusClass
 from app.embedded.simulated import (
     DEFAULT_RATE_LIMIT_SHARE,
     RATE_LIMIT_LATENCY_FRACTION,
@@ -40,7 +41,6 @@ from app.embedded.simulated import (
     draw,
 )
 from app.embedded.simulated import Outcome as Drawn
-from app.events import StatusClass
 from app.execution.outcome import cost_usd
 
 #: Epoch seconds of simulated t = 0 (2026-01-01T00:00:00Z): events carry ORIGIN + t.

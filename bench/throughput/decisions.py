@@ -15,7 +15,7 @@ from bench.throughput.stats import latency_dict, percentile
 from bench.throughput.workload import MAX_TOKENS, PROMPT
 
 if TYPE_CHECKING:  # imported where used: `switchyard` imports this module at every start
-    from app.events import RequestAccepted
+    from app.contract import RequestAccepted
     from app.routing.policy import Policy
     from app.routing.state import RouteState
 
@@ -87,7 +87,7 @@ def bench_state(policy: Policy, open_attempts: int) -> RouteState:
 def bench_requests(policy: Policy, count: int) -> list[RequestAccepted]:
     from datetime import UTC, datetime
 
-    from app.events import LogPosition, RequestAccepted
+    from app.contract import LogPosition, RequestAccepted
     from app.ingest import accept
 
     prompts = (
@@ -216,7 +216,7 @@ def _codec_path(args: argparse.Namespace) -> dict[str, Any]:
     load the row from its JSON, fold, dump the row, dump the decision and the dispatch."""
     from pydantic import TypeAdapter
 
-    from app.events import RoutingLogEvent
+    from app.contract import RoutingLogEvent
     from app.routing.fold import handle
     from app.routing.rows import dumps, loads
 

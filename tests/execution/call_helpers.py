@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from app.config.schema import ModelSpec, ProviderConfig
-from app.events import (
+from app.contract import (
     ChatMessage,
     ChatRequest,
     Decision,

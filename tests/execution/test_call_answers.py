@@ -10,7 +10,7 @@ from call_helpers import KEY, MODEL, NOW, ScriptedServer, chat, completion, disp
 from llmock.scenarios import Fail
 from llmock.testing import LLMockServer
 
-from app.events import (
+from app.contract import (
     ChatMessage,
     ChatRequest,
     StatusClass,

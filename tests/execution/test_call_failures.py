@@ -14,7 +14,7 @@ from call_helpers import KEY, MODEL, NOW, ScriptedServer, chat, completion, disp
 from llmock.scenarios import Delay, Reply
 from llmock.testing import LLMockServer
 
-from app.events import (
+from app.contract import (
     StatusClass,
 )
 from app.execution.call import CallResult, call_provider

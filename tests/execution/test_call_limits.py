@@ -20,7 +20,7 @@ from aiohttp import web
 from call_helpers import MODEL, ScriptedServer, chat, completion, dispatch, provider
 
 from app.config.schema import ProviderConfig
-from app.events import StatusClass
+from app.contract import StatusClass
 from app.execution.call import call_provider
 from app.execution.outcome import is_final, retriable
 from app.execution.stream import stream_provider

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from call_helpers import MODEL, NOW, dispatch, provider
 
-from app.events import (
+from app.contract import (
     StatusClass,
     derived_id,
 )

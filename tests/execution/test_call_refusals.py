@@ -22,7 +22,7 @@ from call_helpers import (
     provider,
 )
 
-from app.events import (
+from app.contract import (
     CONTENT_POLICY_VIOLATION,
     CONTEXT_LENGTH_EXCEEDED,
     StatusClass,

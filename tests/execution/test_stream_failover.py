@@ -13,7 +13,7 @@ import pytest
 from factories import T0, accepted, outcome
 
 from app.config.schema import ModelSpec, ProviderConfig
-from app.events import ChatMessage, ChatRequest, Decision, Dispatch, StatusClass, StreamDelta
+from app.contract import ChatMessage, ChatRequest, Decision, Dispatch, StatusClass, StreamDelta
 from app.execution.continuation import forget_learnt, stream_on
 from app.execution.deltas import DeltaPublisher
 from app.execution.outcome import CallResult, feedback

@@ -18,8 +18,8 @@ from typing import Any
 from aiohttp import web
 
 from app.config.schema import GatewayKey
+from app.contract import LogPosition
 from app.contract.turn import PreviousTurn, Turn
-from app.events import LogPosition
 from app.gateway import shape, wire
 from app.gateway.errors import GatewayError, from_error_body, invalid
 from app.gateway.relay import Relay

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.events import Response
+from app.contract import Response
 from app.gateway import shape
 from app.gateway.chunks import STREAM_INTERRUPTED
 from app.gateway.responses_api import ids, objects

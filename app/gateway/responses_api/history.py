@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.events import Response
+from app.contract import Response
 from app.gateway import shape
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.events import LogPosition
+from app.contract import LogPosition
 
 PREFIX = "resp_"
 #: Longest response id read (a request id is at most 128 characters after its tenant's).

@@ -15,7 +15,7 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.events import LogPosition
+from app.contract import LogPosition
 from app.gateway.errors import GatewayError
 from app.gateway.lookup import partition_of
 from app.kafka import bootstrap_servers, client_security

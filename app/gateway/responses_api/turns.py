@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.config.schema import GatewayKey
+from app.contract import LogPosition, Response
 from app.contract.turn import Turn
-from app.events import LogPosition, Response
 from app.gateway.errors import GatewayError
 from app.gateway.responses_api import ids
 from app.gateway.resume import owns
