@@ -12,7 +12,7 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from app.config.schema import GatewayKey
-from app.events import ChatRequest, ErrorBody, ReplyTo, Response, StreamDelta
+from app.contract import ChatRequest, ErrorBody, ReplyTo, Response, StreamDelta
 from app.gateway.errors import GatewayError
 from app.gateway.keys import KeyRing, hash_key
 from app.gateway.messages_api.api import authenticate, check_version

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.events import Response
+from app.contract import Response
 from app.gateway import shape
 from app.gateway.messages_api.errors import error_body
 from app.gateway.messages_api.message import message_id, stop_reason_of, tool_use_id, usage_of

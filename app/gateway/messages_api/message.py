@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from app.events import Response
+from app.contract import Response
 from app.gateway import shape
 from app.gateway.errors import GatewayError
 
