@@ -20,6 +20,7 @@ import json
 import math
 import re
 import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -75,18 +76,13 @@ async def call_provider(
         return CallResult(
             StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
         )
+    body = request_body(model, request, logprobs, cache_control=provider.cache_control)
     started = time.perf_counter()
     limits = CallLimits(timeout_s, ttft_s=provider.ttft_timeout_s)
     try:
         async with (
             limits.timer(),
-            client.stream(
-                "POST",
-                chat_completions_url(provider.base_url),
-                json=request_body(model, request, logprobs, cache_control=provider.cache_control),
-                headers=auth_headers(key),
-                timeout=timeout_s,
-            ) as response,
+            post_chat_completion(client, provider, body, key, timeout_s) as response,
         ):
             limits.headers()
             await response.aread()
@@ -103,6 +99,24 @@ async def call_provider(
 
 def chat_completions_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/chat/completions"
+
+
+def post_chat_completion(
+    client: httpx.AsyncClient,
+    provider: ProviderConfig,
+    body: dict[str, Any],
+    key: str,
+    timeout_s: float,
+) -> AbstractAsyncContextManager[httpx.Response]:
+    """The POST of ``body`` to the provider's chat completions, as a stream (the caller
+    reads the answer: whole, or event by event)."""
+    return client.stream(
+        "POST",
+        chat_completions_url(provider.base_url),
+        json=body,
+        headers=auth_headers(key),
+        timeout=timeout_s,
+    )
 
 
 def request_body(

@@ -36,10 +36,9 @@ from app.contract import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.call import (
     ERROR_FINISH_REASONS,
     CallResult,
-    auth_headers,
-    chat_completions_url,
     classify_response,
     is_header_safe,
+    post_chat_completion,
     request_body,
     scrub,
     usage_of,
@@ -161,13 +160,7 @@ async def stream_provider(
     try:
         async with (
             limits.timer(),
-            client.stream(
-                "POST",
-                chat_completions_url(provider.base_url),
-                json=body,
-                headers=auth_headers(key),
-                timeout=timeout_s,
-            ) as response,
+            post_chat_completion(client, provider, body, key, timeout_s) as response,
         ):
             status = response.status_code
             if not 200 <= status < 300 or _whole_json(response):
@@ -189,22 +182,12 @@ async def stream_provider(
             return _failed(kind, f"stream broken: {type(exc).__name__}", started, assembly)
     problem = problem or _check_end(assembly)
     if problem is not None and problem.status_class is StatusClass.CLIENT_ERROR:
-        return _refused(problem.error, status, started, assembly)
+        # A stream a content policy cut: the request's doing; its tokens were still used.
+        return _ended(StatusClass.CLIENT_ERROR, status, started, assembly, error=problem.error)
     if problem is not None:
         return _failed(problem.status_class, scrub(problem.error, key), started, assembly)
     completion = assembly.completion()
-    usage = usage_of(assembly.usage)
-    return CallResult(
-        StatusClass.SUCCESS,
-        status,
-        _ms(started),
-        tokens_in=usage.tokens_in,
-        tokens_out=usage.tokens_out,
-        tokens_cached=usage.tokens_cached,
-        finish_reason=assembly.finish_reason,
-        completion=completion,
-        first_token_ms=assembly.first_token_ms,
-    )
+    return _ended(StatusClass.SUCCESS, status, started, assembly, completion=completion)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,17 +275,26 @@ def _failed(kind: StatusClass, error: str, started: float, assembly: _Assembly) 
     return CallResult(kind, None, _ms(started), error=error, first_token_ms=assembly.first_token_ms)
 
 
-def _refused(error: str, status: int, started: float, assembly: _Assembly) -> CallResult:
-    """A stream a content policy cut: the request's doing; its tokens were still used."""
+def _ended(
+    kind: StatusClass,
+    status: int,
+    started: float,
+    assembly: _Assembly,
+    *,
+    completion: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> CallResult:
+    """A stream that came to its end: its usage and finish reason are counted."""
     usage = usage_of(assembly.usage)
     return CallResult(
-        StatusClass.CLIENT_ERROR,
+        kind,
         status,
         _ms(started),
         tokens_in=usage.tokens_in,
         tokens_out=usage.tokens_out,
         tokens_cached=usage.tokens_cached,
         finish_reason=assembly.finish_reason,
+        completion=completion,
         error=error,
         first_token_ms=assembly.first_token_ms,
     )
