@@ -23,8 +23,9 @@ from app.contract import (
 )
 from app.routing import affinity, auto, parking, status
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
+from app.routing.attempts import attempt_limit, first_attempt, has_fallback
 from app.routing.budget_route import ask_first
-from app.routing.candidates import CandidatePlan, local_arm, plan_candidates, tenant_policy
+from app.routing.candidates import CandidatePlan, plan_candidates, tenant_policy
 from app.routing.capabilities import refusal, split_capable
 from app.routing.context import level_index
 from app.routing.data_policy import refusal as data_refusal
@@ -121,12 +122,6 @@ def _admit(
         if fallback is not None:
             return fallback
     return taken
-
-
-def first_attempt(accepted: RequestAccepted) -> int:
-    """The number of a request's first attempt on this route: a fallback model's
-    attempts number on from those made before (dynamic routes)."""
-    return 1 + (accepted.dynamic.attempt_base if accepted.dynamic is not None else 0)
 
 
 def _route_allowed(accepted: RequestAccepted) -> bool:
@@ -270,55 +265,20 @@ def route(
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )
+    local_now = plan.min_confidence is not None  # local-first takes this attempt
     dispatch = trusted(Dispatch)(
         id=derived_id("dispatch", request_id, attempt),
         occurred_at=decision.occurred_at,
         decision=decision,
         accepted=accepted,
         timeout_s=chosen.provider.timeout_ms / 1000.0,
-        max_attempts=_attempt_limit(accepted, attempt, plan, tried, policy),
+        max_attempts=attempt_limit(accepted, attempt, local_now, tried, policy),
         min_confidence=plan.min_confidence,
         tried=list(tried),
         not_before=state.clock + backoff_s(request_id, attempt, policy),
         deadline=deadline,
     )
     return Step(state, dispatches=[dispatch])
-
-
-def _attempt_limit(
-    accepted: RequestAccepted,
-    attempt: int,
-    plan: CandidatePlan,
-    tried: Collection[str],
-    policy: Policy,
-) -> int:
-    """The number of the route's last attempt at this request, as the executor counts
-    (from the request's first attempt on the route: a fallback model's number on). With
-    a fallback model left, a retriable failure is never the request's last answer
-    (:func:`app.routing.dynamic.fall_back` takes it)."""
-    local_now = plan.min_confidence is not None
-    limit = first_attempt(accepted) - 1 + attempts_allowed(accepted, tried, policy, local_now)
-    return max(limit, attempt + 1) if has_fallback(accepted) else limit
-
-
-def attempts_allowed(
-    accepted: RequestAccepted, tried: Collection[str], policy: Policy, local_now: bool = False
-) -> int:
-    """The route's ``max_attempts``, plus one when the local-first deployment took (or
-    is taking: ``local_now``) the request's first attempt: not confident, or failing, it
-    hands over without using one of the cloud's attempts."""
-    if not allows_fallbacks(accepted):
-        return 1
-    local = local_arm(accepted, policy)
-    took = local is not None and (local_now or local.deployment in tried)
-    return policy.max_attempts(accepted.route) + (1 if took else 0)
-
-
-def allows_fallbacks(accepted: RequestAccepted) -> bool:
-    """False when the request asked for its first deployment only (``provider:
-    {allow_fallbacks: false}``): one attempt, no fallback model."""
-    asked = accepted.request.provider
-    return asked is None or asked.allow_fallbacks
 
 
 def _narrowed(
@@ -343,12 +303,6 @@ def _narrowed(
     else:
         error = data_refusal(barred) if barred else refusal(unable, accepted)
     return replace(plan, arms=[], excluded=excluded, refusal=error)
-
-
-def has_fallback(accepted: RequestAccepted) -> bool:
-    """Whether a fallback model of the request's dynamic route is left to try."""
-    dynamic = accepted.dynamic
-    return dynamic is not None and bool(dynamic.fallbacks) and allows_fallbacks(accepted)
 
 
 def _not_again(

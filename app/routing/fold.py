@@ -55,13 +55,7 @@ from app.contract import (
     refusal_code,
 )
 from app.routing import affinity, budget
-from app.routing.admission import (
-    LOST_ATTEMPT_GRACE_S,
-    attempts_allowed,
-    first_attempt,
-    route,
-    take_request,
-)
+from app.routing.admission import LOST_ATTEMPT_GRACE_S, route, take_request
 from app.routing.answers import (
     at,
     backoff_s,
@@ -72,6 +66,7 @@ from app.routing.answers import (
     final_response,
     provider_error,
 )
+from app.routing.attempts import attempts_allowed, first_attempt
 from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
 from app.routing.capabilities import learn_window
 from app.routing.dynamic import count_spend, fall_back
