@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.contract.trace import TraceParent, TraceState, trace_field
 from app.contract.turn import Turn
 
 #: A stop sequence: where the provider stops writing.
@@ -112,6 +113,10 @@ class ChatRequest(BaseModel):
     #: Set by the gateway on a Responses API request (``POST /v1/responses``): its
     #: conversation's previous turn and where its answer will be (positions, no text).
     turn: Turn | None = None
+    #: W3C trace context of the span that sent it (the gateway's, or a platform's): the
+    #: worker's spans join that trace. Identifiers only; no decision reads them.
+    traceparent: TraceParent | None = trace_field()
+    tracestate: TraceState | None = trace_field()
 
     @field_validator("request_id")
     @classmethod
