@@ -59,6 +59,7 @@ from app.execution.stream import stream_provider
 from app.guardrails import Rules, StreamScreen, redact_messages, rules_for
 from app.policy.holder import policy_holder
 from app.routing.fold import LOST_ATTEMPT_GRACE_S
+from app.telemetry import spans
 
 log = logging.getLogger(__name__)
 _client: httpx.AsyncClient | None = None
@@ -230,8 +231,10 @@ async def _call_in_time(
     if left <= 0:
         return deadline_passed()
     budget = call_budget_s(dispatch.timeout_s, left)
-    result = await _call_keyed(dispatch, provider, budget, sink, own, sent)
-    result = blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
+    with spans.provider_call(dispatch, provider.base_url, _streams(dispatch, provider)) as call:
+        result = await _call_keyed(dispatch, provider, budget, sink, own, sent)
+        result = blame_deadline(result, timeout_s=dispatch.timeout_s, left_s=left)
+        call.ended(result)  # the call's span, when tracing (app/telemetry/spans.py)
     if sink is not None and sink.started and result.status_class is not StatusClass.SUCCESS:
         # The client has this much of the answer: the next attempt goes on from it.
         result = replace(result, partial=sink.published_text or None)

@@ -30,6 +30,7 @@ from app import metrics
 from app.contract import DeadLetter, LogPosition, RequestAccepted
 from app.ingest import accept, dead_letter, encode_accepted, refusal_reply
 from app.policy.holder import policy_holder
+from app.telemetry import spans
 from app.worker.acks import InOrderAcks
 from app.worker.intake import failure_reason, log_time, position_of, take_one, where
 
@@ -125,6 +126,7 @@ def _accept(raw: bytes, source: LogPosition, when: datetime) -> RequestAccepted 
 
 async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | asyncio.Future[Any]:
     accepted = accepted.model_copy(update={"ingested_at": datetime.now(UTC)})
+    accepted = spans.ingested(accepted)  # its span; a trace context when it came without
     value = encode_accepted(
         accepted,
         raw,

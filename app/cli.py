@@ -27,6 +27,7 @@ def _worker(_: argparse.Namespace) -> int:
     from app import log_hygiene
 
     log_hygiene.install()  # before anything logs a record: values become their size
+    _trace("switchyard-worker")
     _detect_fetch_holding()
     from agents import executor, feedback, handoff, ingest, policy, router, web
     from agents.app import SwitchyardWorker, changelog_topics, settings
@@ -48,6 +49,19 @@ def _worker(_: argparse.Namespace) -> int:
     worker = SwitchyardWorker(faust_app, loglevel=settings.log_level, quiet=True)
     worker.execute_from_commandline()
     return 0
+
+
+def _trace(service_name: str) -> None:
+    """Trace this process when the ``OTEL_*`` variables ask for an exporter
+    (docs/operations.md, "Tracing"); a variable asking for what cannot be had: one line,
+    exit code 2."""
+    from app.telemetry.setup import TracingConfigError, configure
+
+    try:
+        configure(service_name)
+    except TracingConfigError as exc:
+        print(f"switchyard: bad setting {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _detect_fetch_holding() -> None:
@@ -168,6 +182,7 @@ def _up(args: argparse.Namespace) -> int:
         providers_text=providers_text,
         broker=args.broker,
     )
+    _trace("switchyard-gateway")  # up's own process serves the gateway; workers trace themselves
     return run_up(settings, options, local_models, providers_yaml)
 
 
@@ -176,7 +191,9 @@ def _gateway(args: argparse.Namespace) -> int:
 
     if args.hash_key:
         return hash_key_from_stdin()
-    asyncio.run(serve(get_settings()))
+    settings = get_settings()
+    _trace("switchyard-gateway")
+    asyncio.run(serve(settings))
     return 0
 
 

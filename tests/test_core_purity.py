@@ -36,6 +36,8 @@ ABOVE_THE_CORE = (
     "httpx",
     "app.cli",
     "agents",
+    "opentelemetry",  # tracing: never an input of a decision
+    "app.telemetry",
 )
 
 

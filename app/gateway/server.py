@@ -22,6 +22,7 @@ from app.gateway.resume import asked_id, last_event_id
 from app.gateway.service import Gateway, Prepared, event_request_id
 from app.gateway.translate import wants_stream
 from app.gateway.wire import read_body, relay_stream
+from app.telemetry.http import traced
 
 log = logging.getLogger(__name__)
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
@@ -30,7 +31,10 @@ LAST_EVENT_ID = "Last-Event-ID"
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=gateway.settings.max_request_bytes, middlewares=[_errors])
+    app = web.Application(
+        client_max_size=gateway.settings.max_request_bytes,
+        middlewares=[traced, _errors],  # the span sees the status _errors answers
+    )
     app[GATEWAY] = gateway
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/chat/completions/{request_id}", completion_by_id)

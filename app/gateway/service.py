@@ -40,6 +40,7 @@ from app.ingest import accept
 from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security
 from app.policy.log import PolicyFollower
 from app.settings import Settings
+from app.telemetry.http import stamp
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,7 @@ class Gateway:
             body, request_id, key.tenant, self.reply_to, key.name, key.preset, key.routes
         )
         event.update(extra or {})
+        stamp(event)  # the trace context of the gateway's span (app/telemetry/http.py)
         try:
             value = json.dumps(event, separators=(",", ":"), allow_nan=False).encode()
         except ValueError:  # NaN/Infinity in the body

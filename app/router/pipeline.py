@@ -45,6 +45,7 @@ from app.router.ports import RouterPorts
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
 from app.routing.fold import Step, Want
 from app.routing.state import RouteState
+from app.telemetry import spans
 from app.worker.transactions import NotCommitted, Sender, TransactionalWriter, direct
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class Pipeline:
                 self.driver.steps(parsed, offset, raw), route_name, partition, offset
             )
         metrics.DECISION_SECONDS.observe(time.perf_counter() - started)
+        spans.decided(step.dispatches, started)  # a span per decision, when tracing
         self.ports.remember_replies(parsed, step.dispatches)  # reply addresses, for errors
         send: Sender = direct
         if self.ports.transactions is not None:
