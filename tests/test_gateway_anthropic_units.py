@@ -493,6 +493,42 @@ def test_a_failed_over_stream_goes_on_in_the_same_text_block() -> None:
     assert message["stop_reason"] == "max_tokens"
 
 
+def test_an_answer_that_overtakes_its_end_marker_completes_a_tool_call_stream() -> None:
+    """The answer's copy on the replies topic can reach the gateway before the call's end
+    marker on the deltas topic: the rest of the tool call's arguments, then its end."""
+    begun = [
+        {"index": 0, "id": "call_1", "type": "function"},
+        {"index": 0, "function": {"name": "get_weather", "arguments": '{"city": '}},
+    ]
+    second = {"id": "call_2", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    answer = _response(
+        {"role": "assistant", "content": None, "tool_calls": [_call('{"city": "Oslo"}'), second]},
+        "tool_calls",
+    )
+    message = _message(_run(_relay(), [_delta(0, tool_calls=begun), answer]))
+    assert message["content"] == [
+        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Oslo"}},
+        {"type": "tool_use", "id": "call_2", "name": "f", "input": {}},
+    ]
+    assert message["stop_reason"] == "tool_use"
+    # OpenAI's chunks: the same rest, as tool-call deltas.
+    chunks = Relay("acme.r1")
+    chunks.take(_delta(0, tool_calls=begun))
+    frames = chunks.take(answer).frames
+    deltas = [json.loads(f.decode().partition("data: ")[2]) for f in frames[:-1]]
+    calls = [
+        c for d in deltas if d["choices"] for c in d["choices"][0]["delta"].get("tool_calls", [])
+    ]
+    assert calls[0] == {"index": 0, "function": {"arguments": '"Oslo"}'}}
+    assert calls[1] == {"index": 1, **second}
+    assert deltas[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # An answer that does not go on from what was sent: an error event, as before.
+    other = _response({"role": "assistant", "content": None, "tool_calls": [_call("{}", "x")]})
+    relay = _relay()
+    relay.take(_delta(0, tool_calls=begun))
+    assert _run(relay, [other])[-1][0] == "error"
+
+
 def test_a_stream_that_cannot_end_as_an_answer_ends_with_an_error_event() -> None:
     call = [{"index": 0, "id": "c", "function": {"name": "f", "arguments": "{}"}}]
     events = _run(

@@ -14,8 +14,10 @@ status, and a call that failed before its first delta is invisible. After it com
   failover, app/execution/continuation.py) is followed from then on. A stream that
   sent a tool call or a refusal cannot be continued: an error event
   (``data: {"error": ...}``, which the SDKs raise), its answer fetched by id;
-* the request's answer arriving first (the call's end marker lost with its worker): the
-  rest of the answer when what was sent is the start of it, else an error event.
+* the request's answer arriving first (the call's end marker lost with its worker, or
+  behind the answer's copy on the replies topic): the rest of the answer when what was
+  sent is the start of it (its text, and its tool calls' fragments: the rest of their
+  arguments, then the calls not begun), else an error event.
 
 An answer that arrives with no delta at all (a call that did not stream) is sent as
 chunks built from the whole answer.
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.contract import Response, StreamDelta
+from app.execution.pieces import merge_tool_call
 from app.gateway import shape
 from app.gateway.chunks import STREAM_INTERRUPTED as STREAM_INTERRUPTED
 from app.gateway.chunks import ChatChunks
@@ -120,6 +123,9 @@ class Relay:
         self._next_seq = 0
         self._sent: list[str] = []
         self._sent_other = False  # tool calls or refusal sent
+        self._refused = False  # a refusal sent
+        #: The tool calls sent, by index, their fragments put together.
+        self._calls: dict[int, dict[str, Any]] = {}
         #: The committed call's stream broke: the next attempt's call that goes on
         #: from the text sent is followed instead (mid-stream failover).
         self._resuming = False
@@ -172,6 +178,9 @@ class Relay:
         if delta.refusal:
             frames += self.out.refusal(delta.refusal, self._pos)
         self._sent_other = self._sent_other or bool(delta.tool_calls or delta.refusal)
+        self._refused = self._refused or bool(delta.refusal)
+        for fragment in delta.tool_calls or []:
+            merge_tool_call(self._calls, fragment)
         if delta.end == "ok":
             frames += self._finish(delta.finish_reason, delta.usage)
         elif delta.end == "failed" and self._sent_other:
@@ -194,8 +203,8 @@ class Relay:
             error = from_error_body(response.error)
             error.extra_headers.update(shape.headers_of(response))
             return Step(error=error)
-        rest = self._rest_of(response)
-        if rest is None:
+        found = self._rest_of(response)
+        if found is None:
             why = ""
             if response.status == "ok":
                 why = (
@@ -210,26 +219,58 @@ class Relay:
         completion = shape.completion_of(response)
         first = (completion.get("choices") or [{}])[0]
         message = first.get("message") or {}
+        rest, calls = found
         frames = self._content(rest) if rest else []
         if self.resume_after is not None and (message.get("tool_calls") or message.get("refusal")):
             return Step(frames=[*frames, self._error_frame(NOT_RESUMABLE)])
-        for index, call in enumerate(message.get("tool_calls") or []):
-            frames += self.out.tool_calls([{"index": index, **call}], self._pos)
+        for call in calls:
+            frames += self.out.tool_calls([call], self._pos)
         return Step(
             frames=frames + self._finish(first.get("finish_reason"), completion.get("usage"))
         )
 
-    def _rest_of(self, response: Response) -> str | None:
-        """What the answer adds to the text sent, when it is the same call's answer."""
+    def _rest_of(self, response: Response) -> tuple[str, list[dict[str, Any]]] | None:
+        """What the answer adds to what was sent (its text, and its tool calls as
+        ``tool_calls`` entries), when it is the same call's answer and goes on from it."""
         assert self.call is not None
         other_call = response.attempts != self.call[0] and not self._resuming
-        if response.status != "ok" or other_call or self._sent_other:
+        if response.status != "ok" or other_call or self._refused:
             return None
         message = (shape.completion_of(response).get("choices") or [{}])[0].get("message") or {}
         content = message.get("content")
         content = content if isinstance(content, str) else ""
         sent = "".join(self._sent)
-        return content[len(sent) :] if content.startswith(sent) else None
+        calls = self._calls_after(message.get("tool_calls"))
+        if not content.startswith(sent) or calls is None:
+            return None
+        return content[len(sent) :], calls
+
+    def _calls_after(self, calls: Any) -> list[dict[str, Any]] | None:
+        """The answer's tool calls after the fragments sent of them: a call not begun
+        whole, one begun the rest of its arguments; None when they do not go on from
+        what was sent (another id or name, other arguments, a call the answer lacks)."""
+        calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+        if any(index >= len(calls) for index in self._calls):
+            return None
+        rest: list[dict[str, Any]] = []
+        for index, call in enumerate(calls):
+            sent = self._calls.get(index)
+            if sent is None:
+                rest.append({"index": index, **call})
+                continue
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            name, arguments = function.get("name") or "", function.get("arguments") or ""
+            sent_arguments = sent["function"]["arguments"]
+            if (
+                sent["id"] not in (None, call.get("id"))
+                or sent["function"]["name"] != name
+                or not arguments.startswith(sent_arguments)
+            ):
+                return None
+            if len(arguments) > len(sent_arguments):
+                more = {"arguments": arguments[len(sent_arguments) :]}
+                rest.append({"index": index, "function": more})
+        return rest
 
     def _whole(self, response: Response) -> Step:
         """A whole answer with no delta before it: chunks built from it (a resumed stream:

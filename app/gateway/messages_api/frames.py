@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from app.contract import Response
+from app.execution.pieces import merge_tool_call
 from app.gateway import shape
 from app.gateway.messages_api.errors import error_body
 from app.gateway.messages_api.message import message_id, stop_reason_of, tool_use_id, usage_of
@@ -69,23 +70,24 @@ class MessageEvents:
         return [*frames, self._delta(delta)]
 
     def tool_calls(self, calls: list[dict[str, Any]], pos: int) -> list[bytes]:
+        """A ``tool_use`` block per call begun (its id and name from the fragments that
+        came with it), an ``input_json_delta`` per run of its arguments."""
         frames: list[bytes] = []
-        for call in calls:
-            function = call.get("function")
-            function = function if isinstance(function, dict) else {}
-            if self._open != "tool_use" or call.get("index", 0) != self._tool:
-                self._tool = call.get("index", 0)
+        for index, call in _runs(calls):
+            function = call["function"]
+            if self._open != "tool_use" or index != self._tool:
+                self._tool = index
                 block = {
                     "type": "tool_use",
                     "id": tool_use_id(call, self._tools, self.request_id),
-                    "name": str(function.get("name") or ""),
+                    "name": function["name"],
                     "input": {},
                 }
                 self._tools += 1
                 frames += self._start(block)
-            arguments = function.get("arguments")
-            if isinstance(arguments, str) and arguments:
-                frames.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+            if function["arguments"]:
+                delta = {"type": "input_json_delta", "partial_json": function["arguments"]}
+                frames.append(self._delta(delta))
         return frames
 
     def refusal(self, refusal: str, pos: int) -> list[bytes]:
@@ -143,3 +145,14 @@ class MessageEvents:
         data = {"type": "message_delta", "delta": delta, "usage": usage_of(usage)}
         frames.append(event("message_delta", data))
         return [*frames, event("message_stop", {"type": "message_stop"})]
+
+
+def _runs(calls: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """Consecutive ``tool_calls`` fragments of one call put together: (index, call)."""
+    runs: list[tuple[int, dict[int, dict[str, Any]]]] = []
+    for fragment in calls:
+        index = fragment.get("index", 0)
+        if not runs or runs[-1][0] != index:
+            runs.append((index, {}))
+        merge_tool_call(runs[-1][1], {**fragment, "index": 0})
+    return [(index, call[0]) for index, call in runs]
