@@ -75,13 +75,19 @@ def redact_record(stream: str, raw: str) -> str:
 
 
 def _blank_messages(request: Any) -> None:
+    """Message contents to null; an embeddings request's texts to as many ``x``: their
+    lengths are what routed it (a model's context window), the rest is blanked."""
     if isinstance(request, dict):
         for message in request.get("messages") or []:
             if isinstance(message, dict):
                 message["content"] = None
+        texts = request.get("input")
+        if isinstance(texts, list):
+            request["input"] = ["x" * len(t) if isinstance(t, str) else t for t in texts]
 
 
 def _blank_completion(completion: Any) -> None:
+    """A completion's texts to null; an embeddings answer's vectors too."""
     if isinstance(completion, dict):
         for choice in completion.get("choices") or []:
             if isinstance(choice, dict):
@@ -89,6 +95,10 @@ def _blank_completion(completion: Any) -> None:
                     if isinstance(choice.get(part), dict):
                         choice[part]["content"] = None
                         choice[part].pop("reasoning_content", None)
+        if completion.get("object") == "list":
+            for item in completion.get("data") or []:
+                if isinstance(item, dict) and "embedding" in item:
+                    item["embedding"] = None
 
 
 def write_policy(policy: Policy, directory: Path) -> None:

@@ -57,10 +57,20 @@ class ConfigError(ValueError):
     """The providers file is missing, malformed, or refers to something that does not exist."""
 
 
+def _is_chat(kind: object) -> bool:
+    return kind == "chat"
+
+
 class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
+    #: What the model serves: chat completions (``chat``, the default) or embeddings
+    #: (``embeddings``: OpenAI's ``/v1/embeddings``, priced by its provider entry's
+    #: ``cost_per_mtok_input``). Only an embeddings model is a candidate for an embeddings
+    #: request, and never for a chat one (app/routing/capabilities.py). Left out of the
+    #: routing view when ``chat``: a config without embeddings keeps its hash.
+    kind: Literal["chat", "embeddings"] = Field(default="chat", exclude_if=_is_chat)
     specialized: str | None = None
     #: Expected acceptance of this model's answers (0-1), overriding the provider's.
     quality_prior: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -131,6 +141,22 @@ class ProviderConfig(BaseModel):
         if self.ttft_timeout_ms is not None and self.ttft_timeout_ms > self.timeout_ms:
             raise ValueError("ttft_timeout_ms must not exceed timeout_ms")
         return self
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ProviderConfig:
+        """An entry's models are all chat or all embeddings models: its prices, limits and
+        concurrency are the entry's, and a route takes one model of each entry."""
+        if len({m.kind for m in self.models}) > 1:
+            raise ValueError(
+                "models: chat and embeddings models in one provider entry; give the "
+                "embeddings models an entry of their own (same base_url, their own prices)"
+            )
+        return self
+
+    @property
+    def kind(self) -> Literal["chat", "embeddings"]:
+        """What the entry's models serve (they all serve the same)."""
+        return self.models[0].kind
 
     @property
     def ttft_timeout_s(self) -> float | None:

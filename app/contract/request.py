@@ -1,16 +1,49 @@
-"""A chat request as platforms publish it to ``llm.requests`` (OpenAI chat format)."""
+"""A request as platforms publish it to ``llm.requests``: a chat completion (OpenAI chat
+format), or the embeddings of a list of texts (``operation: "embeddings"``, OpenAI's
+``/v1/embeddings``), routed, recorded and replayed alike."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.contract.trace import TraceParent, TraceState, trace_field
 from app.contract.turn import Turn
 
 #: A stop sequence: where the provider stops writing.
 StopText = Annotated[str, Field(min_length=1)]
+#: One text to embed (OpenAI refuses an empty one).
+EmbeddingText = Annotated[str, Field(min_length=1)]
+#: What a request asks for: a chat completion, or the embeddings of its ``input``.
+Operation = Literal["chat", "embeddings"]
+#: OpenAI's limit on the texts of one embeddings request.
+MAX_EMBEDDING_INPUTS = 2048
+EmbeddingInput = Annotated[
+    list[EmbeddingText], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)
+]
+#: The fields only a chat completion takes: an embeddings request names none of them.
+CHAT_ONLY_FIELDS = (
+    "messages",
+    "max_tokens",
+    "temperature",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "stop",
+    "stream",
+    "turn",
+)
+#: The fields only an embeddings request takes.
+EMBEDDINGS_ONLY_FIELDS = ("input", "dimensions", "encoding_format")
+
+
+def _is_chat(value: object) -> bool:
+    return value == "chat"
+
+
+def _unset(value: object) -> bool:
+    return value is None or value == []
 
 
 class ChatMessage(BaseModel):
@@ -84,7 +117,15 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     request_id: Annotated[str, Field(min_length=1, max_length=200)]
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    #: ``embeddings``: the embeddings of ``input`` (OpenAI's ``/v1/embeddings``), answered
+    #: with OpenAI's list of embeddings; ``chat`` (absent: every record written before
+    #: embeddings existed reads as chat) a chat completion of ``messages``. Left out of a
+    #: chat request's record, so chat records are byte for byte what they were.
+    operation: Operation = Field(default="chat", exclude_if=_is_chat)
+    #: A chat request's messages (required, at least one); none on an embeddings request.
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] = Field(
+        default_factory=list, exclude_if=_unset
+    )
     model: str | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
@@ -117,6 +158,14 @@ class ChatRequest(BaseModel):
     #: worker's spans join that trace. Identifiers only; no decision reads them.
     traceparent: TraceParent | None = trace_field()
     tracestate: TraceState | None = trace_field()
+    #: An embeddings request's texts (required, 1 to 2,048): each is embedded alone.
+    input: EmbeddingInput | None = Field(default=None, exclude_if=_unset)
+    #: OpenAI's ``dimensions``: the length of each vector asked of the model.
+    dimensions: Annotated[int, Field(ge=1)] | None = Field(default=None, exclude_if=_unset)
+    #: OpenAI's ``encoding_format``: the vectors as lists of numbers (``float``, the default)
+    #: or as base64 of little-endian float32s (``base64``), asked of the provider so, and
+    #: recorded so in the answer.
+    encoding_format: Literal["float", "base64"] | None = Field(default=None, exclude_if=_unset)
 
     @field_validator("request_id")
     @classmethod
@@ -124,3 +173,25 @@ class ChatRequest(BaseModel):
         if not value.isprintable():
             raise ValueError("request_id must be printable")
         return value
+
+    @model_validator(mode="after")
+    def _one_operation(self) -> ChatRequest:
+        """A chat request has messages and none of the embeddings' fields; an embeddings
+        request has ``input`` and none of the chat completion's fields."""
+        if self.operation == "chat":
+            if not self.messages:
+                raise ValueError("a chat request needs messages (at least one)")
+            named = [f for f in EMBEDDINGS_ONLY_FIELDS if getattr(self, f) is not None]
+            if named:
+                raise ValueError(f"a chat request takes no {', '.join(named)}")
+            return self
+        if not self.input:
+            raise ValueError("an embeddings request needs input (at least one text)")
+        named = [f for f in CHAT_ONLY_FIELDS if getattr(self, f) not in (None, [])]
+        if named:
+            raise ValueError(f"an embeddings request takes no {', '.join(named)}")
+        return self
+
+    @property
+    def is_embeddings(self) -> bool:
+        return self.operation == "embeddings"

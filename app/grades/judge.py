@@ -107,6 +107,8 @@ def plan_judgement(
     """Whether the answer ``deployment`` gave to ``request`` is graded, and how."""
     if is_judge_request(request):
         return JudgePlan("judge_request")
+    if request.is_embeddings:  # vectors: nothing a rubric can grade
+        return JudgePlan("embeddings")
     if deployment == judge.deployment and not judge.allow_self:
         return JudgePlan("self")
     if not sampled(request.request_id, judge.sample_rate):

@@ -1,5 +1,6 @@
 """The input rules on a request's messages: each message's text screened on its own (a
-string content, or the ``text`` of its text parts), so a find never spans two of them."""
+string content, or the ``text`` of its text parts), so a find never spans two of them; an
+embeddings request's texts likewise, each on its own."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def redact_messages(request: ChatRequest, rules: Rules) -> ChatRequest:
     """The request with its messages' text redacted by the rules (itself when unchanged)."""
     if not rules:
         return request
+    if request.is_embeddings:
+        texts = [screen(text, rules).text for text in request.input or ()]
+        return request.model_copy(update={"input": texts}) if texts != request.input else request
     messages, changed = [], False
     for message in request.messages:
         content = message.content
@@ -47,6 +51,8 @@ def _redacted_part(part: dict[str, Any], rules: Rules) -> dict[str, Any]:
 
 
 def _texts(request: ChatRequest) -> list[str]:
+    if request.is_embeddings:
+        return list(request.input or ())
     texts = []
     for message in request.messages:
         if isinstance(message.content, str):

@@ -25,6 +25,7 @@ from app.contract import (
     derived_id,
 )
 from app.routing.answers import at, deadline_of, error_response
+from app.routing.capabilities import serves
 from app.routing.policy import Policy
 from app.routing.state import Amount, Hold, Parked, RouteState, attempt_key
 from app.routing.steps import Step
@@ -52,14 +53,19 @@ def worst_case(
 ) -> Amount:
     """What an attempt uses at most: every prompt character a token, ``max_tokens`` (else
     the budgets' default) output tokens, at the dearest deployment's prices; one request
-    for the first attempt (a request counts once)."""
+    for the first attempt (a request counts once). An embeddings request writes no output
+    tokens and is priced among the deployments that serve embeddings."""
     budgets = policy.config.budget_by_key
     output_tokens = accepted.request.max_tokens or max(
         budgets[scope].default_max_tokens for scope in scopes
     )
+    if accepted.request.is_embeddings:
+        output_tokens = 0
     requests = 1 if attempt == 1 else 0
     tokens = accepted.prompt_chars + output_tokens
     arms = policy.arms(accepted.route)
+    if accepted.request.is_embeddings:
+        arms = [arm for arm in arms if serves(arm, accepted)] or arms
     if not arms:
         return Amount(requests, tokens, 0.0)
     input_price = max(arm.provider.input_price for arm in arms)

@@ -299,6 +299,8 @@ def plan_candidates(
             )
     features = accepted.features
     domain = features.domain.domain if features is not None and features.domain else None
+    if accepted.request.is_embeddings:  # domain specialists are chat models
+        domain = None
     memo = _narrowed(policy, kept, domain, whole)
     narrowed, arms = memo.found, list(memo.arms)
     if narrowed.rule == "specialists" and all(

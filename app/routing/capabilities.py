@@ -1,5 +1,10 @@
 """What a request needs of a model, and the deployments that cannot give it.
 
+An embeddings request (``operation: embeddings``) needs a model declared ``kind:
+embeddings``, whatever else is declared, and a chat request one that is not: the others
+are excluded as ``lacks_embeddings`` and ``lacks_chat``. An embeddings request's texts
+are embedded one by one, so its fit to a context window is its longest text's.
+
 A request needs the input kinds its messages carry (images, audio), tool calling when
 it has ``tools``, structured output when its ``response_format`` is a JSON schema, and
 room for its prompt and answer: about a token per four characters of prompt, plus its
@@ -38,6 +43,8 @@ class Needs:
     modalities: frozenset[str]
     prompt_tokens: int
     max_tokens: int | None
+    #: An embeddings request (a model of ``kind: embeddings``), else a chat completion.
+    embeddings: bool = False
 
     @property
     def tokens(self) -> int:
@@ -46,6 +53,9 @@ class Needs:
 
 def needs_of(accepted: RequestAccepted) -> Needs:
     request = accepted.request
+    if request.is_embeddings:
+        longest = max((len(text) for text in request.input or ()), default=0)
+        return Needs(frozenset(), -(-longest // CHARS_PER_TOKEN), None, embeddings=True)
     kinds = set(accepted.features.input_modalities) if accepted.features else set()
     kinds.discard("text")
     if request.tools:
@@ -59,6 +69,9 @@ def needs_of(accepted: RequestAccepted) -> Needs:
 
 def lacking(spec: ModelSpec | None, needs: Needs) -> str | None:
     """Why the model cannot serve ``needs`` (None: it can, or declares nothing)."""
+    embeddings_model = spec is not None and spec.kind == "embeddings"
+    if needs.embeddings != embeddings_model:
+        return "lacks_embeddings" if needs.embeddings else "lacks_chat"
     if spec is None:
         return None
     if spec.modalities is not None:
@@ -82,7 +95,10 @@ def any_declared(policy: Policy) -> bool:
     found = policy.memo.get(key)
     if found is None:
         found = policy.memo[key] = any(
-            m.modalities is not None or m.context_window is not None or m.max_output_tokens
+            m.modalities is not None
+            or m.context_window is not None
+            or m.max_output_tokens
+            or m.kind == "embeddings"
             for p in policy.config.providers
             for m in p.models
         )
@@ -91,7 +107,7 @@ def any_declared(policy: Policy) -> bool:
 
 def unable(arm: Arm, accepted: RequestAccepted, policy: Policy) -> str | None:
     """Why ``arm`` cannot serve the request (None: it can)."""
-    if not any_declared(policy):
+    if not any_declared(policy) and not accepted.request.is_embeddings:
         return None
     return lacking(model_spec(arm), needs_of(accepted))
 
@@ -103,7 +119,7 @@ def split_capable(
     of the others (every arm kept, none excluded, when no model declares anything and
     none refused a prompt as too long)."""
     arms = list(arms)
-    declared = any_declared(policy)
+    declared = any_declared(policy) or accepted.request.is_embeddings
     refused = {a.deployment: state.arm(a.deployment).refused_tokens for a in arms}
     if not declared and not any(refused.values()):
         return arms, []
@@ -121,6 +137,12 @@ def split_capable(
     return kept, out
 
 
+def serves(arm: Arm, accepted: RequestAccepted) -> bool:
+    """Whether ``arm``'s model is of the kind the request asks for (embeddings or chat)."""
+    spec = model_spec(arm)
+    return (spec is not None and spec.kind == "embeddings") == accepted.request.is_embeddings
+
+
 def learn_window(arm: ArmState, accepted: RequestAccepted) -> ArmState:
     """The arm after refusing ``accepted``'s prompt as longer than its context window:
     no request as large goes to it again."""
@@ -134,7 +156,8 @@ def refusal(out: Iterable[Exclusion], accepted: RequestAccepted) -> ErrorBody:
     """The 400 of a request no candidate can serve."""
     needs = needs_of(accepted)
     reasons = ", ".join(f"{e.deployment}: {e.reason}" for e in out)
-    wanted = [*sorted(needs.modalities), f"about {needs.tokens} tokens"]
+    kinds = ["embeddings"] if needs.embeddings else sorted(needs.modalities)
+    wanted = [*kinds, f"about {needs.tokens} tokens"]
     return ErrorBody(
         type="invalid_request",
         message=f"no deployment can serve this request ({', '.join(wanted)}): {reasons}",

@@ -78,7 +78,10 @@ def model_allowed(lists: ProviderLists, deployment: str, model: str) -> bool:
 
 def with_defaults(request: ChatRequest, presets: Sequence[Preset]) -> ChatRequest:
     """The request with the presets' defaults: each system prompt put first (in the
-    presets' order), ``temperature`` and ``max_tokens`` where the request sets none."""
+    presets' order), ``temperature`` and ``max_tokens`` where the request sets none. An
+    embeddings request takes none of them (it has no messages and writes no answer)."""
+    if request.is_embeddings:
+        return request
     update: dict[str, object] = {}
     prompts = [p.system_prompt for p in presets if p.system_prompt]
     if prompts:

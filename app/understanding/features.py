@@ -112,7 +112,10 @@ def length_bucket(chars: int) -> LengthBucket:
 
 
 def input_modalities(request: ChatRequest) -> list[str]:
-    """Kinds of content in the messages, sorted; ``text`` when any text is present."""
+    """Kinds of content in the messages, sorted; ``text`` when any text is present (an
+    embeddings request's input is text)."""
+    if request.is_embeddings:
+        return ["text"]
     kinds: set[str] = set()
     for message in request.messages:
         content: Any = message.content

@@ -64,8 +64,11 @@ def part_text(part: dict[str, Any]) -> str:
 
 
 def messages_text(request: ChatRequest, roles: Iterable[str] | None = None) -> str:
-    """Text of the messages with the given roles (all when ``None``), one per line."""
+    """Text of the messages with the given roles (all when ``None``), one per line. An
+    embeddings request's texts are the user's."""
     wanted = None if roles is None else frozenset(roles)
+    if request.is_embeddings:
+        return "\n".join(request.input or ()) if wanted is None or "user" in wanted else ""
     chunks: list[str] = []
     for message in request.messages:
         if wanted is not None and message.role not in wanted:
@@ -80,8 +83,11 @@ def messages_text(request: ChatRequest, roles: Iterable[str] | None = None) -> s
 def prompt_text(request: ChatRequest) -> str:
     """Every message's text, exactly as ``app.ingest.prompt_text`` (``prompt_chars``) reads it.
 
-    Kept here so that ingest can import this package without an import cycle.
+    Kept here so that ingest can import this package without an import cycle. An
+    embeddings request's texts, one per line.
     """
+    if request.is_embeddings:
+        return "\n".join(request.input or ())
     chunks: list[str] = []
     for message in request.messages:
         if isinstance(message.content, str):
