@@ -19,6 +19,7 @@ decision happened to depend on it:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,47 +51,65 @@ def _answers(log: RecordedLog) -> dict[str, tuple[str, str, str | None]]:
     """Request id -> (route, deployment, context) of its final successful attempt."""
     found: dict[str, tuple[str, str, str | None]] = {}
     for event in events(log.routing):
-        if isinstance(event, AttemptFinished):
-            outcome = event.outcome
-            if outcome.final and outcome.status_class is StatusClass.SUCCESS:
-                context = getattr(outcome, "context", None)
-                found.setdefault(outcome.request_id, (outcome.route, outcome.deployment, context))
+        if isinstance(event, AttemptFinished) and (answer := answer_of(event)) is not None:
+            found.setdefault(event.outcome.request_id, answer)
     return found
 
 
-def _feedback(log: RecordedLog) -> dict[tuple[str, str], list[Feedback]]:
+def answer_of(event: AttemptFinished) -> tuple[str, str, str | None] | None:
+    """(route, deployment, context) of a final successful attempt; None for any other."""
+    outcome = event.outcome
+    if outcome.final and outcome.status_class is StatusClass.SUCCESS:
+        return outcome.route, outcome.deployment, getattr(outcome, "context", None)
+    return None
+
+
+def _feedback(feedback: Iterable[Feedback]) -> dict[tuple[str, str], list[Feedback]]:
     by_id: dict[tuple[str, str], list[Feedback]] = {}
-    for item in events(log.feedback):
+    for item in feedback:
         by_id.setdefault((item.request_id, str(item.feedback_id)), []).append(item)
     return by_id
 
 
-def _distinct_grades(log: RecordedLog) -> list[GradeApplied]:
+def _distinct_grades(grades: Iterable[GradeApplied]) -> list[GradeApplied]:
     """Grades in routing-log order; an identical copy (a re-send) counts once."""
     seen: dict[str, GradeApplied] = {}
     ordered: list[GradeApplied] = []
-    for event in events(log.routing):
-        if isinstance(event, GradeApplied):
-            if seen.get(event.id) == event:
-                continue
-            seen.setdefault(event.id, event)
-            ordered.append(event)
+    for event in grades:
+        if seen.get(event.id) == event:
+            continue
+        seen.setdefault(event.id, event)
+        ordered.append(event)
     return ordered
 
 
 def check_grades(log: RecordedLog) -> GradeCheck:
     """Every grade of the routing log checked against the feedback and the answers."""
-    grades = _distinct_grades(log)
+    grades = [e for e in events(log.routing) if isinstance(e, GradeApplied)]
     if not grades:
         return GradeCheck()
-    answers, feedback = _answers(log), _feedback(log)
+    return check_grade_events(grades, _answers(log), events(log.feedback))
+
+
+def check_grade_events(
+    grades: Iterable[GradeApplied],
+    answers: Mapping[str, tuple[str, str, str | None]],
+    feedback: Iterable[Feedback],
+) -> GradeCheck:
+    """:func:`check_grades` from its parts: the routing log's grades in log order, each
+    request's answer (:func:`answer_of` of its first final successful attempt in log
+    order) and the readable feedback records."""
+    grades = _distinct_grades(grades)
+    if not grades:
+        return GradeCheck()
+    by_id = _feedback(feedback)
     current: dict[tuple[str, str], GradeApplied] = {}
     applied: set[tuple[str, str]] = set()
     result = GradeCheck()
     for grade in grades:
         result.recorded += 1
         key = (grade.request_id, grade.feedback_id)
-        problems = _against_feedback(grade, feedback.get(key, []))
+        problems = _against_feedback(grade, by_id.get(key, []))
         problems += _against_answer(grade, answers.get(grade.request_id))
         previous = current.get((grade.request_id, grade.source))
         problems += _against_previous(grade, previous)

@@ -163,12 +163,7 @@ def read_export(
     keep: Keep | None = None,
 ) -> RecordedLog:
     """Read what :func:`app.audit.export.write_export` wrote (only ``streams``)."""
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{directory} is not a switchyard export (no manifest.json)")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    if manifest.get("format") != EXPORT_FORMAT:
-        raise ValueError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
+    manifest = export_manifest(directory)
     log = RecordedLog(source=f"export {directory}")
     log.routing_start = {int(p): int(o) for p, o in manifest.get("routing_start", {}).items()}
     for name in STREAMS:
@@ -186,6 +181,17 @@ def read_export(
                 else:
                     entries.append(parse(name, 0, number, line))
     return log.sort()
+
+
+def export_manifest(directory: Path) -> dict[str, Any]:
+    """The export's ``manifest.json``, checked to be one."""
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{directory} is not a switchyard export (no manifest.json)")
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if manifest.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
+    return manifest
 
 
 def _routing_line(line: str) -> Entry[Any]:
@@ -224,6 +230,32 @@ async def read_broker(
     keep: Keep | None = None,
 ) -> RecordedLog:
     """Read the streams from the beginning to the end offsets seen at the start."""
+    log = RecordedLog(source=f"broker {bootstrap}")
+    filters = (only_request, keep)
+
+    def take(stream: str, partition: int, records: list[Any], end: int) -> None:
+        with no_cycle_collection():  # nothing awaited: see app/audit/gc_pause.py
+            _take(log.stream(stream), stream, partition, records, end, filters)
+
+    log.routing_start = await consume(bootstrap, topics, streams, timeout_s, take, log.counts)
+    return log.sort()
+
+
+#: What :func:`consume` does with a fetched batch: (stream, partition, records, end offset).
+Take = Callable[[str, int, list[Any], int], None]
+
+
+async def consume(
+    bootstrap: str,
+    topics: Topics,
+    streams: Collection[str],
+    timeout_s: float,
+    take: Take,
+    counts: Callable[[], dict[str, int]],
+) -> dict[int, int]:
+    """Fetch each stream's partitions from their beginning to the end offsets seen at the
+    start, giving every batch to ``take``; the routing partitions' first offsets.
+    ``counts``: what was read so far (said when the deadline passes)."""
     names = {name: topic for name, topic in topic_names(topics).items() if name in streams}
     stream_of = {topic: name for name, topic in names.items()}
     consumer = AIOKafkaConsumer(
@@ -238,7 +270,6 @@ async def read_broker(
         **client_security(),
     )
     await consumer.start()
-    log = RecordedLog(source=f"broker {bootstrap}")
     try:
         optional = {names[name] for name in OPTIONAL_STREAMS if name in names}
         partitions = await _partitions(consumer, list(names.values()), optional)
@@ -246,25 +277,22 @@ async def read_broker(
         starts: Mapping[TopicPartition, int] = await consumer.beginning_offsets(partitions)
         reported: Mapping[TopicPartition, int] = await consumer.end_offsets(partitions)
         ends = await true_end_offsets(bootstrap, reported)
-        log.routing_start = {
+        routing_start = {
             tp.partition: starts[tp] for tp in partitions if tp.topic == names.get("routing")
         }
         pending = {tp for tp in partitions if ends[tp] > starts[tp]}
         for tp in pending:
             consumer.seek(tp, starts[tp])
         deadline = asyncio.get_running_loop().time() + timeout_s
-        filters = (only_request, keep)
         while pending:
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(
-                    f"read {log.counts()} before the deadline; still pending: "
+                    f"read {counts()} before the deadline; still pending: "
                     + ", ".join(f"{tp.topic}[{tp.partition}]" for tp in pending)
                 )
             batches = await consumer.getmany(*pending, timeout_ms=500)
             for tp, records in batches.items():
-                stream = stream_of[tp.topic]
-                with no_cycle_collection():  # nothing awaited: see app/audit/gc_pause.py
-                    _take(log.stream(stream), stream, tp.partition, records, ends[tp], filters)
+                take(stream_of[tp.topic], tp.partition, records, ends[tp])
                 if records and records[-1].offset + 1 >= ends[tp]:
                     pending.discard(tp)
             for tp in list(pending):
@@ -272,7 +300,7 @@ async def read_broker(
                     pending.discard(tp)
     finally:
         await consumer.stop()
-    return log.sort()
+    return routing_start
 
 
 def _take(

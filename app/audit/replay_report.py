@@ -4,40 +4,13 @@ re-derivation and the comparison are :mod:`app.audit.replay`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from app.audit.grades import GradeCheck
+from app.audit.mismatch import Mismatch, MismatchKind, diff
 from app.routing.state import RouteState
 
-MismatchKind = Literal["differs", "not_rederived", "not_recorded"]
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    kind: MismatchKind
-    #: ``decision`` or ``response``.
-    record: str
-    event_id: str
-    request_id: str
-    attempt: int
-    #: ``path: recorded X, replayed Y`` lines (at most a few per record).
-    differences: list[str] = field(default_factory=list)
-    #: not_recorded only: made by an event past the router's last recorded output on
-    #: its partition, so the router may simply not have processed it yet.
-    pending: bool = False
-    #: (partition, offset) of the routing-log event that re-derived it (None: not re-derived).
-    origin: tuple[int, int] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "pending": self.pending,
-            "record": self.record,
-            "id": self.event_id,
-            "request_id": self.request_id,
-            "attempt": self.attempt,
-            "differences": self.differences,
-        }
+__all__ = ["Mismatch", "MismatchKind", "ReplayReport", "diff", "render"]
 
 
 @dataclass
@@ -118,43 +91,6 @@ class ReplayReport:
             "truncated_partitions": {str(p): o for p, o in self.truncated_partitions.items()},
             "first_mismatches": [m.to_json() for m in self.mismatches[:limit]],
         }
-
-
-def diff(recorded: Any, replayed: Any, path: str = "", limit: int = 8) -> list[str]:
-    """Where two JSON-like values differ, as ``path: recorded X, replayed Y`` lines."""
-    out: list[str] = []
-    _diff(recorded, replayed, path, out, limit)
-    return out
-
-
-def _diff(a: Any, b: Any, path: str, out: list[str], limit: int) -> None:
-    if len(out) >= limit:
-        return
-    if path == "completion" and (a is None) != (b is None):
-        out.append(
-            f"completion: recorded {'none' if a is None else 'one'}, "
-            f"replayed {'none' if b is None else 'one'}"
-        )
-        return
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            _diff(
-                a.get(key, "<absent>"),
-                b.get(key, "<absent>"),
-                f"{path}.{key}".lstrip("."),
-                out,
-                limit,
-            )
-        return
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for index, (x, y) in enumerate(zip(a, b, strict=True)):
-            _diff(x, y, f"{path}[{index}]", out, limit)
-        return
-    if a != b or type(a) is not type(b):
-        if path.startswith("completion"):  # never print completion text
-            out.append(f"{path}: recorded and replayed differ (content not shown)")
-        else:
-            out.append(f"{path}: recorded {a!r}, replayed {b!r}")
 
 
 def render(report: ReplayReport, show: int = 5) -> str:
