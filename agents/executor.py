@@ -133,9 +133,11 @@ async def run_dispatch(dispatch: Dispatch, partition: int | None = None) -> None
 
 def _streams(dispatch: Dispatch, provider: ProviderConfig) -> bool:
     """Whether the call streams: the provider is set to, or the request asks (not a
-    local-first call, which needs the whole answer's log-probabilities)."""
-    wanted = provider.stream or dispatch.accepted.request.stream is True
-    return wanted and dispatch.min_confidence is None
+    local-first call, which needs the whole answer's log-probabilities, nor an embeddings
+    request: its answer is one body)."""
+    request = dispatch.accepted.request
+    wanted = provider.stream or request.stream is True
+    return wanted and dispatch.min_confidence is None and not request.is_embeddings
 
 
 def _config_of(dispatch: Dispatch) -> RoutingConfig:

@@ -1,4 +1,5 @@
-"""One provider call: POST an OpenAI chat completion, classify what came back.
+"""One provider call: POST an OpenAI chat completion (or, for an embeddings request, the
+texts to ``/embeddings``: :mod:`app.execution.embeddings`), classify what came back.
 
 ``call_provider`` never raises for anything the provider or the network does;
 every result is a ``CallResult`` with a ``StatusClass``. Error strings are built
@@ -29,6 +30,7 @@ import httpx
 from app.config.schema import ProviderConfig
 from app.contract import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.cache_marks import without_cache_marks
+from app.execution.embeddings import embeddings_body, embeddings_url, read_embeddings
 from app.execution.limits import CallLimits
 from app.execution.outcome import CallResult as CallResult  # what call_provider returns
 from app.execution.refusals import POLICY_FINISH_REASONS, refusal_of
@@ -63,7 +65,8 @@ async def call_provider(
     *,
     logprobs: bool = False,
 ) -> CallResult:
-    """POST ``{base_url}/chat/completions`` and classify the answer.
+    """POST ``{base_url}/chat/completions`` (an embeddings request: ``{base_url}/embeddings``)
+    and classify the answer.
 
     ``timeout_s`` bounds the whole call (connect, send, wait, read the body),
     not just each network operation; the provider's ``ttft_timeout_ms``, when set,
@@ -76,13 +79,17 @@ async def call_provider(
         return CallResult(
             StatusClass.AUTH_ERROR, None, 0.0, error="API key is not a valid header value"
         )
-    body = request_body(model, request, logprobs, cache_control=provider.cache_control)
+    if request.is_embeddings:
+        url, body = embeddings_url(provider.base_url), embeddings_body(model, request)
+    else:
+        url = chat_completions_url(provider.base_url)
+        body = request_body(model, request, logprobs, cache_control=provider.cache_control)
     started = time.perf_counter()
     limits = CallLimits(timeout_s, ttft_s=provider.ttft_timeout_s)
     try:
         async with (
             limits.timer(),
-            post_chat_completion(client, provider, body, key, timeout_s) as response,
+            post_json(client, url, body, key, timeout_s) as response,
         ):
             limits.headers()
             await response.aread()
@@ -94,6 +101,8 @@ async def call_provider(
         return _failure(StatusClass.BAD_RESPONSE, type(exc).__name__, started, key)
     except httpx.TransportError as exc:
         return _failure(StatusClass.CONNECTION_ERROR, type(exc).__name__, started, key)
+    if request.is_embeddings:
+        return classify_embeddings(response, _elapsed_ms(started), request, model, key)
     return classify_response(response, _elapsed_ms(started), key)
 
 
@@ -110,13 +119,14 @@ def post_chat_completion(
 ) -> AbstractAsyncContextManager[httpx.Response]:
     """The POST of ``body`` to the provider's chat completions, as a stream (the caller
     reads the answer: whole, or event by event)."""
-    return client.stream(
-        "POST",
-        chat_completions_url(provider.base_url),
-        json=body,
-        headers=auth_headers(key),
-        timeout=timeout_s,
-    )
+    return post_json(client, chat_completions_url(provider.base_url), body, key, timeout_s)
+
+
+def post_json(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], key: str, timeout_s: float
+) -> AbstractAsyncContextManager[httpx.Response]:
+    """The POST of ``body`` to ``url`` with the key, as a stream (the caller reads it)."""
+    return client.stream("POST", url, json=body, headers=auth_headers(key), timeout=timeout_s)
 
 
 def request_body(
@@ -202,6 +212,29 @@ def classify_response(response: httpx.Response, latency_ms: float, key: str = ""
         completion=None if problem else body,
         error=_short(problem, key) if problem else None,
         confidence=None if problem else confidence_of(body),
+    )
+
+
+def classify_embeddings(
+    response: httpx.Response, latency_ms: float, request: ChatRequest, model: str, key: str = ""
+) -> CallResult:
+    """The result of an embeddings call that got an HTTP response (its body already read):
+    a failure as a chat call's, a 2xx a success only with one vector per text."""
+    status = response.status_code
+    if not 200 <= status < 300:
+        return _http_failure(response, latency_ms, key)
+    body = _json_object(response.content)
+    if body is None:
+        return CallResult(StatusClass.BAD_RESPONSE, status, latency_ms, error="malformed JSON body")
+    tokens_in = usage_of(body.get("usage")).tokens_in
+    answer, problem = read_embeddings(body, request, model, tokens_in)
+    if answer is None:
+        error = _short(problem or "no embeddings", key)
+        return CallResult(
+            StatusClass.BAD_RESPONSE, status, latency_ms, tokens_in=tokens_in, error=error
+        )
+    return CallResult(
+        StatusClass.SUCCESS, status, latency_ms, tokens_in=tokens_in, completion=answer
     )
 
 
