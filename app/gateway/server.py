@@ -14,6 +14,7 @@ from aiohttp import web
 from app.config.schema import GatewayKey
 from app.contract import Response, StreamDelta
 from app.gateway import shape
+from app.gateway.embeddings import add_routes as add_embeddings_routes
 from app.gateway.errors import GatewayError, from_error_body, invalid
 from app.gateway.messages_api.api import add_routes as add_messages_routes
 from app.gateway.relay import Relay
@@ -45,6 +46,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/readyz", readyz)
     ResponsesApi(gateway).install(app)  # OpenAI's Responses API: app/gateway/responses_api/
     add_messages_routes(app, gateway)  # Anthropic's Messages API: app/gateway/messages_api/
+    add_embeddings_routes(app, gateway)  # OpenAI's embeddings: app/gateway/embeddings.py
     return app
 
 

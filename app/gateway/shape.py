@@ -33,8 +33,11 @@ def model_of(response: Response) -> str:
 
 
 def completion_of(response: Response) -> dict[str, Any]:
-    """The OpenAI ``chat.completion`` of a successful response."""
+    """The OpenAI ``chat.completion`` of a successful response (an embeddings request's:
+    OpenAI's list of embeddings, as recorded)."""
     completion = dict(response.completion or {})
+    if completion.get("object") == "list":
+        return {**completion, "model": model_of(response)}
     completion.setdefault("id", f"chatcmpl-{response.request_id}")
     completion.setdefault("object", "chat.completion")
     completion.setdefault("created", int(response.occurred_at.timestamp()))
