@@ -27,7 +27,12 @@ from app.embedded.child_env import SETTINGS_PREFIX, child_env
 from app.embedded.child_env import TRANSPORT_TUNING_ENV as TRANSPORT_TUNING_ENV
 from app.embedded.kafka_cluster import KafkaCluster
 from app.embedded.lifetime import die_with_parent
-from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
+from app.embedded.simulated import (
+    SEED_003_MODELS,
+    SimulatedModel,
+    SimulatedProviders,
+    demo_providers_yaml,
+)
 from app.kafka import ensure_topics
 from app.settings import Settings, Topics
 
@@ -187,7 +192,8 @@ class EmbeddedStack:
     ``settings``: the caller's (default: read from the environment when a worker starts);
     the workers get what of them concerns every Switchyard process (app/embedded/child_env.py),
     the gateway and console :meth:`gateway_settings` and :meth:`settings`.
-    ``simulated=False``: no simulated providers (``providers_yaml`` names the providers).
+    ``simulated=False``: no simulated providers (``providers_yaml`` names the providers);
+    ``simulated_models``: the ones simulated (the reference chat providers by default).
     """
 
     def __init__(
@@ -207,6 +213,7 @@ class EmbeddedStack:
         settings: Settings | None = None,
         simulated: bool = True,
         host: str = "127.0.0.1",
+        simulated_models: Sequence[SimulatedModel] = SEED_003_MODELS,
     ) -> None:
         if not simulated and not isinstance(providers_yaml, str):
             raise ValueError("without simulated providers, providers_yaml names the providers")
@@ -217,7 +224,9 @@ class EmbeddedStack:
         self.topics = namespaced_topics(namespace)
         #: Route to these providers instead of the simulated ones (e.g. llmock servers).
         self.providers_yaml = providers_yaml
-        self.providers = SimulatedProviders(seed=seed, time_scale=time_scale, host=host)
+        self.providers = SimulatedProviders(
+            simulated_models, seed=seed, time_scale=time_scale, host=host
+        )
         self.simulated = simulated
         self.partitions = partitions
         self.extra_env = env or {}

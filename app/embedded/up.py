@@ -78,7 +78,7 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
     from app.console.server import RunningConsole, start_console
     from app.embedded.broker import free_port
-    from app.embedded.simulated import demo_providers_yaml
+    from app.embedded.simulated import UP_MODELS, demo_providers_yaml
     from app.gateway.run import LOCAL_KEY, start_gateway, with_key
 
     host = settings.console_host
@@ -100,6 +100,7 @@ async def _serve(
         settings=settings,
         simulated=own is None,
         broker_kind=options.broker,
+        simulated_models=UP_MODELS,  # the chat providers and route embeddings' ones
     )
     async with stack:
         gateway = await start_gateway(stack.gateway_settings(options.gateway_port))

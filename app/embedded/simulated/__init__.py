@@ -4,11 +4,15 @@ One aiohttp server on ``127.0.0.1:<free port>`` serves every simulated provider
 under its own path prefix::
 
     POST http://127.0.0.1:PORT/<provider-id>/v1/chat/completions
+    POST http://127.0.0.1:PORT/<provider-id>/v1/embeddings   (``kind: embeddings`` models)
     GET  http://127.0.0.1:PORT/<provider-id>/v1/models
 
 The four models are the reference providers (docs/design.md#the-reference-providers):
 their measured latency, success rate and RPM, their prices and limits; ids keep the
 cost table's prefixes (``openai-``, ``anthropic-``, ``gemini-``, ``deepseek-``).
+``EMBEDDING_MODELS`` adds two deployments of one embeddings model (``switchyard up``
+serves them on route ``embeddings``): the same draws and faults, and a vector per text
+from a hash of the text (``embeddings``).
 
 Latency model
     Log-normal fitted to the table's p50 and p95::
@@ -51,9 +55,11 @@ from __future__ import annotations
 from app.embedded.simulated.models import (
     DEFAULT_COMPLETION_TOKENS,
     DEFAULT_RATE_LIMIT_SHARE,
+    EMBEDDING_MODELS,
     RATE_LIMIT_LATENCY_FRACTION,
     RETRY_AFTER_S,
     SEED_003_MODELS,
+    UP_MODELS,
     Z95,
     Z99,
     Draw,
@@ -84,9 +90,11 @@ __all__ = [
     "CANNED_COMPLETION",
     "DEFAULT_COMPLETION_TOKENS",
     "DEFAULT_RATE_LIMIT_SHARE",
+    "EMBEDDING_MODELS",
     "RATE_LIMIT_LATENCY_FRACTION",
     "RETRY_AFTER_S",
     "SEED_003_MODELS",
+    "UP_MODELS",
     "Z95",
     "Z99",
     "Draw",

@@ -9,6 +9,7 @@ import math
 import random
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
 
 #: z-score of the 95th percentile of the standard normal distribution.
 Z95 = 1.6449
@@ -41,6 +42,9 @@ class SimulatedModel:
     weight_initial: float
     p95_latency_baseline_ms: float
     timeout_ms: int
+    #: ``embeddings``: it serves ``/v1/embeddings`` (vectors from a hash of each text:
+    #: app/embedded/simulated/embeddings.py), declared ``kind: embeddings``.
+    kind: Literal["chat", "embeddings"] = "chat"
 
     @property
     def mu(self) -> float:
@@ -74,6 +78,24 @@ SEED_003_MODELS: tuple[SimulatedModel, ...] = (
         0.27, 0.42, 300, 0.10, 620, 10_000,
     ),
 )  # fmt: skip
+
+
+#: Two deployments of one embeddings model (OpenAI's text-embedding-3-small, $0.02 per 1M
+#: input tokens, and the same model elsewhere): the same text gets the same vector from
+#: either, so one may stand in for the other. Not among the reference chat providers:
+#: ``switchyard up`` adds them, on a route of their own (``embeddings``).
+EMBEDDING_MODELS: tuple[SimulatedModel, ...] = (
+    SimulatedModel(
+        "openai-embeddings", "text-embedding-3-small", 95, 160, 240, 0.9990, 3000,
+        0.02, 0.0, 300, 0.0, 160, 5_000, kind="embeddings",
+    ),
+    SimulatedModel(
+        "azure-embeddings", "text-embedding-3-small", 110, 190, 280, 0.9985, 2400,
+        0.02, 0.0, 200, 0.0, 190, 5_000, kind="embeddings",
+    ),
+)  # fmt: skip
+#: What ``switchyard up`` simulates: the reference chat providers and the embeddings ones.
+UP_MODELS: tuple[SimulatedModel, ...] = (*SEED_003_MODELS, *EMBEDDING_MODELS)
 
 
 class Outcome(Enum):

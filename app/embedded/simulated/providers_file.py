@@ -13,8 +13,18 @@ if TYPE_CHECKING:
     from app.embedded.simulated.server import SimulatedProviders
 
 
+#: The route of the simulated embeddings models (the chat models' is the caller's).
+EMBEDDINGS_ROUTE = "embeddings"
+
+
 def provider_entry(model: SimulatedModel, base_url: str, time_scale: float = 1.0) -> dict[str, Any]:
-    """One providers.yaml entry; baseline and timeout are scaled like the simulated latencies."""
+    """One providers.yaml entry; baseline and timeout are scaled like the simulated latencies.
+    An embeddings model is declared ``kind: embeddings``, its input price its bonus's cost."""
+    spec: dict[str, Any] = {"name": model.model}
+    priced: dict[str, Any] = {}
+    if model.kind == "embeddings":
+        spec["kind"] = "embeddings"
+        priced["cost_per_mtok"] = model.cost_per_mtok_input
     return {
         "id": model.provider_id,
         "base_url": base_url,
@@ -24,7 +34,8 @@ def provider_entry(model: SimulatedModel, base_url: str, time_scale: float = 1.0
         "weight_initial": model.weight_initial,
         "p95_latency_baseline_ms": model.p95_latency_baseline_ms * time_scale,
         "timeout_ms": max(1, round(model.timeout_ms * time_scale)),
-        "models": [{"name": model.model}],
+        **priced,
+        "models": [spec],
     }
 
 
@@ -35,13 +46,14 @@ def providers_config(
     time_scale: float = 1.0,
     route: str = "chat",
 ) -> dict[str, Any]:
-    """providers.yaml as a dict: one entry per model, one route listing them all."""
+    """providers.yaml as a dict: one entry per model, one route listing the chat models,
+    and route ``embeddings`` the embeddings models when there are some."""
     entries = [provider_entry(m, base_urls[m.provider_id], time_scale) for m in models]
-    return {
-        "providers": entries,
-        "routes": {route: {"providers": [m.provider_id for m in models]}},
-        "default_route": route,
-    }
+    routes = {route: {"providers": [m.provider_id for m in models if m.kind == "chat"]}}
+    embedders = [m.provider_id for m in models if m.kind == "embeddings"]
+    if embedders:
+        routes[EMBEDDINGS_ROUTE] = {"providers": embedders}
+    return {"providers": entries, "routes": routes, "default_route": route}
 
 
 def demo_providers_yaml(sim: SimulatedProviders, *, route: str = "chat") -> str:

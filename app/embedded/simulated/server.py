@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.embedded.simulated.embeddings import embeddings_answer, parse_embeddings
 from app.embedded.simulated.judging import judge_reply
 from app.embedded.simulated.models import (
     DEFAULT_COMPLETION_TOKENS,
@@ -236,6 +237,7 @@ class SimulatedProviders:
     def _build_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/{provider}/v1/chat/completions", self._chat)
+        app.router.add_post("/{provider}/v1/embeddings", self._embeddings)
         app.router.add_get("/{provider}/v1/models", self._models)
         app.router.add_get("/healthz", self._health)
         return app
@@ -344,6 +346,64 @@ class SimulatedProviders:
         body = completion_body(model, estimate_prompt_tokens(messages), completion, finish, content)
         headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
         return web.json_response(body, headers=headers)
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """``/v1/embeddings`` of a ``kind: embeddings`` model: the draw, faults and overrides
+        of a chat call; a success is a vector per text (app/embedded/simulated/embeddings.py)."""
+        provider = self._providers.get(request.match_info["provider"])
+        if provider is None:
+            return unknown_provider_response(request.match_info["provider"])
+        if provider.model.kind != "embeddings":
+            message = f"{provider.model.model} does not serve embeddings"
+            body = error_body(message, "invalid_request_error", "model_not_found")
+            return web.json_response(body, status=404)
+        try:
+            asked = parse_embeddings(await read_json_body(request))
+        except RequestError as exc:
+            return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+        if provider.in_flight >= provider.model.max_concurrency:
+            provider.stats.concurrency_rejected += 1
+            return self._rate_limited("concurrency limit reached")
+        provider.in_flight += 1
+        try:
+            failed, latency_ms = await self._faults(provider)
+            if failed is not None:
+                return failed
+            provider.stats.ok += 1
+            headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
+            answer = embeddings_answer(provider.model.model, asked)
+            return web.json_response(answer, headers=headers)
+        finally:
+            provider.in_flight -= 1
+
+    async def _faults(self, provider: _Provider) -> tuple[web.Response | None, float]:
+        """One call's draw, waited out: its failure (an outage, a malformed body, a 429, a
+        503), or None and the latency of a success."""
+        override = provider.override
+        result = draw(
+            provider.rng,
+            provider.model,
+            success_rate=override.success_rate,
+            rate_limit_share=self.rate_limit_share,
+        )
+        provider.stats.requests += 1
+        if override.outage:
+            provider.stats.server_errors += 1
+            return server_error_response("simulated outage"), 0.0
+        latency_ms = result.latency_ms * override.latency_factor
+        if override.malformed:
+            await self._sleep(latency_ms)
+            malformed = web.Response(status=200, text='{"data": [', content_type="application/json")
+            return malformed, latency_ms
+        if override.rate_limited or result.outcome is Outcome.RATE_LIMITED:
+            provider.stats.rate_limited += 1
+            await self._sleep(latency_ms * RATE_LIMIT_LATENCY_FRACTION)
+            return self._rate_limited("simulated rate limit", override.retry_after_s), latency_ms
+        await self._sleep(latency_ms)
+        if result.outcome is Outcome.SERVER_ERROR:
+            provider.stats.server_errors += 1
+            return server_error_response("simulated upstream failure"), latency_ms
+        return None, latency_ms
 
     def _rate_limited(self, message: str, retry_after_s: float | None = None) -> web.Response:
         retry_s = RETRY_AFTER_S * self.time_scale if retry_after_s is None else retry_after_s
