@@ -18,16 +18,19 @@ Rates are decisions re-derived per second (and routing-log events per second),
 by wall clock and by this process's CPU time (steadier when the machine is busy).
 ``--profile`` prints the top functions of one ``fold`` under cProfile.
 
-``--jobs N`` (N > 1) also times the replay with its routes folded in N worker
-processes (:mod:`app.audit.replay_parallel`), and in one (what sending the records
-to a worker and their results back costs), rounds alternated with the one-job
-replay: wall clock for each and the ratio, and the CPU time of the parent and of
-each worker (the parent's plus the slowest worker's is about what the wall clock
-would be on idle cores). The workers are started before the timed rounds, as ``switchyard
-replay`` starts them while it reads the log; one more run starts and stops its own
-(``replay(jobs=N)``). It prints what pickling costs: the chunks sent, the results
-returned. The log has ``--routes`` routes (default 1; 4 with ``--jobs`` > 1: a
-group per route), each with the four deployments, requests spread evenly.
+``--jobs N`` (N > 1) also times the replay of the export as ``switchyard replay
+--from-export`` does it: in one process (the export read and parsed, then replayed:
+``--jobs 1``), and with its routes folded and compared in N worker processes
+(:mod:`app.audit.replay_parallel`: the export read as texts, each record parsed by the
+worker that needs it) and in one (what the split costs), rounds alternated: wall clock
+for each and the ratio, and the CPU time of the parent and of each worker (the
+parent's plus the slowest worker's is about what the wall clock would be on idle
+cores). The workers are started before the timed rounds, as ``switchyard replay``
+starts them while it reads the log; one more run starts and stops its own
+(``replay(jobs=N)``). It also times both from the parsed log in memory, where the
+workers parse again what the process had parsed. The log has ``--routes`` routes
+(default 1; 4 with ``--jobs`` > 1: a group per route), each with the four
+deployments, requests spread evenly.
 """
 
 from __future__ import annotations
@@ -35,28 +38,20 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import pickle
+import os
 import pstats
 import resource
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.audit.export import write_export
 from app.audit.log import RecordedLog, read_export
-from app.audit.replay import policy_book, rederive, replay
-from app.audit.replay_parallel import (
-    FoldPool,
-    bare,
-    bare_book,
-    chunks,
-    plan,
-    rederive_parallel,
-    route_keys,
-)
-from app.audit.replay_worker import ROUTING_RECORD, FoldTask, fold_chunk
+from app.audit.log_texts import REPLAY_STREAMS, read_export_texts
+from app.audit.replay import ReplayReport, rederive, replay
+from app.audit.replay_parallel import FoldPool, Timings
 from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig
 from app.contract import StatusClass
@@ -127,6 +122,7 @@ def main() -> None:
     parser.add_argument("--routes", type=int, help="routes (default 1; 4 with --jobs > 1)")
     args = parser.parse_args()
     routes = args.routes or (4 if args.jobs > 1 else 1)
+    print("load average at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
     policy = bench_policy(args.strategy, routes)
     started = time.perf_counter()
@@ -156,6 +152,7 @@ def main() -> None:
     if args.jobs > 1:
         parallel(log, policy, args.jobs, args.rounds)
 
+    print("load average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(rederive, log.routing, policy)
@@ -168,10 +165,12 @@ def main() -> None:
 class Timed:
     wall: float
     cpu: float
-    #: Parallel runs: each worker's CPU seconds, and the parent's split / wait / merge.
-    workers: list[float] = field(default_factory=list)
-    steps: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    received: list[float] = field(default_factory=list)
+    #: Parallel runs: what the pool says about the last replay.
+    timings: Timings | None = None
+
+    @property
+    def workers(self) -> list[float]:
+        return self.timings.worker_cpu_s if self.timings is not None else []
 
     @property
     def critical(self) -> float:
@@ -179,116 +178,99 @@ class Timed:
         return self.cpu + max(self.workers, default=0.0)
 
 
-def timed(run: Callable[[], object], pool: FoldPool | None = None) -> Timed:
+def timed(run: Callable[[], ReplayReport], pool: FoldPool | None = None) -> Timed:
     forget_propensities()
     started, started_cpu = time.perf_counter(), time.process_time()
-    run()
+    report = run()
     result = Timed(time.perf_counter() - started, time.process_time() - started_cpu)
-    if pool is not None and pool.last is not None:
-        last = pool.last
-        result.workers, result.steps = last.worker_cpu_s, (last.split_s, last.wait_s, last.merge_s)
-        result.received = last.received_s
+    assert report.ok, "the synthetic log must replay exactly"
+    if pool is not None:
+        assert pool.last is not None and not pool.last.fell_back
+        result.timings = pool.last
     return result
 
 
 def parallel(log: RecordedLog, policy: Policy, jobs: int, rounds: int) -> None:
-    """The replay with 1 job, in 1 worker and in ``jobs`` workers, rounds alternated (the
-    machine's load weighs on all alike), best of each by wall clock."""
+    """The replay of an export in one process (read parsed, then replayed: ``--jobs 1``),
+    in 1 worker and in ``jobs`` workers (read as texts, parsed and compared in the
+    workers), rounds alternated (the machine's load weighs on all alike), best of each
+    by wall clock; then the same from the parsed log in memory."""
     decisions = len(log.decisions)
-    with FoldPool(jobs) as pool, FoldPool(1) as alone:
-        started = time.perf_counter()
-        pool.start()
-        start_s = time.perf_counter() - started
-        alone.start()
-        one: list[Timed] = []
-        single: list[Timed] = []
-        many: list[Timed] = []
-        folds: list[Timed] = []
-        book = policy_book(log.routing)
-        for _ in range(rounds):
-            one.append(timed(lambda: replay(log, policy)))
-            single.append(timed(lambda: replay(log, policy, pool=alone), alone))
-            many.append(timed(lambda: replay(log, policy, pool=pool), pool))
-            folds.append(timed(lambda: rederive_parallel(log.routing, policy, book, pool), pool))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cold = timed(lambda: replay(log, policy, jobs=jobs))
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cold.workers = [(after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)]
-    a, s, b, f = (min(runs, key=lambda t: t.wall) for runs in (one, single, many, folds))
-    print(f"\nreplay with {jobs} jobs ({pool.jobs} workers, started in {start_s:.2f} s):")
+    with tempfile.TemporaryDirectory() as directory:
+        export = Path(directory)
+        write_export(log, export, Topics())
+
+        def one_process() -> ReplayReport:
+            return replay(read_export(export, streams=REPLAY_STREAMS), policy)
+
+        def workers(used: FoldPool) -> Callable[[], ReplayReport]:
+            return lambda: replay(read_export_texts(export), policy, pool=used)
+
+        with FoldPool(jobs) as pool, FoldPool(1) as alone:
+            started = time.perf_counter()
+            pool.start()
+            start_s = time.perf_counter() - started
+            alone.start()
+            runs: dict[str, list[Timed]] = {}
+            for _ in range(rounds):
+                for name, call, used in (
+                    ("one", one_process, None),
+                    ("single", workers(alone), alone),
+                    ("many", workers(pool), pool),
+                    ("parsed one", lambda: replay(log, policy), None),
+                    ("parsed many", lambda: replay(log, policy, pool=pool), pool),
+                ):
+                    runs.setdefault(name, []).append(timed(call, used))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cold = timed(lambda: replay(read_export_texts(export), policy, jobs=jobs))
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cold_workers = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        parse_recorded = best_of(
+            rounds, lambda: read_export(export, streams=("decisions", "responses"))
+        )
+    a, s, b, pa, pb = (min(runs[n], key=lambda t: t.wall) for n in runs)
+    print(f"\nreplay with {jobs} jobs (workers started in {start_s:.2f} s), from an export:")
     print(
-        f"  1 job      wall {a.wall:7.3f} s {decisions / a.wall:9,.0f} decisions/s   "
-        f"cpu {a.cpu:7.3f} s"
+        f"  1 process  wall {a.wall:7.3f} s {decisions / a.wall:9,.0f} decisions/s   "
+        f"cpu {a.cpu:7.3f} s (read parsed, then replayed)"
     )
-    for name, run in (("1 worker", s), (f"{jobs} workers", b)):
-        workers = ", ".join(f"{w:.3f}" for w in run.workers)
+    for name, one in (("1 worker", s), (f"{jobs} workers", b)):
+        assert one.timings is not None
+        each = ", ".join(
+            f"{w:.3f} (fold {f:.3f})"
+            for w, f in zip(one.workers, one.timings.worker_fold_s, strict=True)
+        )
         print(
-            f"  {name:<10} wall {run.wall:7.3f} s {decisions / run.wall:9,.0f} decisions/s   "
-            f"cpu parent {run.cpu:.3f} s + workers {workers} s "
-            f"(total {run.cpu + sum(run.workers):.3f} s)"
+            f"  {name:<10} wall {one.wall:7.3f} s {decisions / one.wall:9,.0f} decisions/s   "
+            f"cpu parent {one.cpu:.3f} s + workers {each} s "
+            f"(total {one.cpu + sum(one.workers):.3f} s)"
         )
     print(
         f"  ratio      wall {a.wall / b.wall:.2f}x   cpu {a.cpu / b.critical:.2f}x "
-        f"(1 job's cpu / parent's + slowest worker's); {jobs} workers / 1 worker, "
+        f"(1 process's cpu / parent's + slowest worker's); {jobs} workers / 1 worker, "
         f"wall {s.wall / b.wall:.2f}x"
     )
-    split, wait, merge = b.steps
+    assert b.timings is not None
+    t = b.timings
+    rest = b.wall - t.split_s - t.wait_s - t.merge_s
     print(
-        f"  parent: split and send {split:.3f} s, while the workers fold {wait:.3f} s, "
-        f"merge {merge:.3f} s, the rest (keys, comparison, report) "
-        f"{b.wall - split - wait - merge:.3f} s; the workers began their chunks "
-        f"{', '.join(f'{r:.3f}' for r in b.received)} s after the split"
+        f"  parent: reading the texts' keys and sending the chunks {t.split_s:.3f} s, while "
+        f"the workers fold and compare {t.wait_s:.3f} s, the report {t.merge_s:.3f} s, the "
+        f"rest (reading the manifest and feedback) {rest:.3f} s; "
+        f"the workers began their chunks {', '.join(f'{r:.3f}' for r in t.received_s)} s "
+        f"after they were sent"
     )
     print(
-        f"  fold alone, {jobs} workers: wall {f.wall:.3f} s {decisions / f.wall:,.0f} "
-        f"decisions/s, workers {', '.join(f'{w:.3f}' for w in f.workers)} s"
+        f"  of the 1 process's cpu, parsing the recorded decisions and responses: "
+        f"{parse_recorded[1]:.3f} s (the workers compare texts instead)"
     )
     print(
-        f"  replay(jobs={jobs}) starting and stopping its own workers: wall {cold.wall:.3f} s "
-        f"({a.wall / cold.wall:.2f}x), cpu parent {cold.cpu:.3f} s "
-        f"+ workers {cold.workers[0]:.3f} s"
-    )
-    pickling(log, policy, jobs)
-
-
-def pickling(log: RecordedLog, policy: Policy, jobs: int) -> None:
-    """What the workers do that the one-job replay does not, for the whole log (split
-    between them): parse the records, serialise what they re-derive; and what the chunks
-    and the results cost to pickle and unpickle."""
-    keys = route_keys(log.routing)
-    book = bare_book(policy_book(log.routing))
-    tasks = [FoldTask(bare(policy), book, c) for c in chunks(log.routing, keys, plan(keys, jobs))]
-    sent, sent_s, sent_back_s = _pickled(tasks)
-    results = [fold_chunk(task) for task in tasks]
-    returned, returned_s, returned_back_s = _pickled(results)
-    started = time.process_time()
-    for task in tasks:
-        for raw in task.chunk.raws:
-            ROUTING_RECORD.validate_json(raw)
-    parsed = time.process_time() - started
-    again = rederive(log.routing, policy)
-    started = time.process_time()
-    for record in [*again.decisions, *again.responses]:
-        record.model_dump_json()
-    dumped = time.process_time() - started
-    print(
-        f"  in the workers, all told: parsing the records {parsed:.3f} s, "
-        f"the re-derived records as JSON {dumped:.3f} s"
+        f"  from the parsed log in memory: 1 process wall {pa.wall:.3f} s, {jobs} workers "
+        f"{pb.wall:.3f} s ({pa.wall / pb.wall:.2f}x), cpu {pa.cpu / pb.critical:.2f}x "
+        f"(the workers parse what the process had parsed already)"
     )
     print(
-        f"  pickling: chunks {sent / 1e6:.1f} MB, {sent_s:.3f} s + {sent_back_s:.3f} s unpickled; "
-        f"results {returned / 1e6:.1f} MB, {returned_s:.3f} s + {returned_back_s:.3f} s unpickled"
+        f"  replay(jobs={jobs}) of the export starting and stopping its own workers: wall "
+        f"{cold.wall:.3f} s ({a.wall / cold.wall:.2f}x), cpu parent {cold.cpu:.3f} s "
+        f"+ workers {cold_workers:.3f} s"
     )
-
-
-def _pickled(values: Sequence[object]) -> tuple[int, float, float]:
-    started = time.process_time()
-    blobs = [pickle.dumps(value, pickle.HIGHEST_PROTOCOL) for value in values]
-    dumped = time.process_time()
-    for blob in blobs:
-        pickle.loads(blob)
-    return sum(map(len, blobs)), dumped - started, time.process_time() - dumped
-
-
-if __name__ == "__main__":
-    main()

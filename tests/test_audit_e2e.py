@@ -50,6 +50,13 @@ async def test_replay_export_and_audit_of_a_live_log(stack: EmbeddedStack, tmp_p
     assert code == 0 and f"decisions {report['decisions']}" in out
     code, out = await switchyard(stack, "replay", "--from-export", str(export), "--json")
     assert code == 0 and json.loads(out)["reproduced"] == report["decisions"]
+    # Worker processes: the broker's records and the export's lines read as texts.
+    code, texts = await switchyard(stack, "replay", "--jobs", "2", "--json")
+    assert code == 0 and json.loads(texts)["reproduced"] >= report["decisions"]
+    code, parallel = await switchyard(
+        stack, "replay", "--from-export", str(export), "--jobs", "2", "--json"
+    )
+    assert code == 0 and parallel == out
 
     decisions = [json.loads(line) for line in (export / "decisions.jsonl").read_text().splitlines()]
     request_id = max(decisions, key=lambda d: d["attempt"])["request_id"]

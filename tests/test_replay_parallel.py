@@ -15,20 +15,30 @@ import pytest
 from factories import T0, accepted, dep, finished, outcome, params, provider, routing_config
 
 from app.audit.export import write_export, write_policy
-from app.audit.log import Entry, RecordedLog, parse
-from app.audit.replay import FoldPool, ReplayReport, policy_book, rederive, render, replay
-from app.audit.replay_parallel import merge, plan, rederive_parallel, route_keys
-from app.audit.replay_worker import Folded
+from app.audit.log import Entry, RecordedLog, parse, read_export
+from app.audit.log_texts import LogTexts, read_export_texts, texts_of
+from app.audit.replay import FoldPool, ReplayReport, rederive, render, replay
+from app.audit.replay_parallel import guess_key, plan, scan_entries, scan_export
 from app.audit.synthetic import Profile, synthetic_log
 from app.cli import main
 from app.config.schema import Budget, RouteConfig, RoutingConfig
-from app.contract import AttemptFinished, BudgetAsk, RoutingLogEvent, StatusClass, derived_id
+from app.contract import (
+    AttemptFinished,
+    BudgetAsk,
+    Feedback,
+    GradeApplied,
+    RequestAccepted,
+    RoutingLogEvent,
+    StatusClass,
+    derived_id,
+    route_of,
+)
 from app.contract.policy import PolicyChanged, PolicyDocument
+from app.grades.matching import grade_id
 from app.routing.answers import at
 from app.routing.book import PolicyBook, document_hash, params_document
 from app.routing.driver import Driver
 from app.routing.policy import Policy
-from app.routing.state import RouteState
 from app.settings import Topics
 
 CHEAP, MID, DEAR = dep("cerebras-x"), dep("groq-x"), dep("openai-x")
@@ -72,6 +82,9 @@ def assert_same(serial: ReplayReport, parallel: ReplayReport) -> None:
         serial.to_json(everything), sort_keys=True
     )
     assert parallel.mismatches == serial.mismatches  # origins and pending too, in order
+    assert list(parallel.recorded_config_hashes.items()) == list(
+        serial.recorded_config_hashes.items()
+    )
     assert parallel.states == serial.states
     assert list(parallel.states) == list(serial.states)
     assert render(parallel, show=everything) == render(serial, show=everything)
@@ -108,7 +121,7 @@ def finishes(log: RecordedLog, route: str) -> list[int]:
 
 
 def test_several_routes_replay_the_same_in_workers(recorded: RecordedLog, pool: FoldPool) -> None:
-    assert len(plan(route_keys(recorded.routing), pool.jobs)) == 2
+    assert len(plan(scan_entries(recorded).keys, pool.jobs)) == 2
     serial = replay(recorded, routes())
     parallel = replay(recorded, routes(), pool=pool)
     assert serial.ok and serial.reproduced == serial.recorded > 450
@@ -202,58 +215,6 @@ def test_records_whose_fold_raises_are_reported_alike(
     assert_same(serial, replay(log, routes(), pool=pool))
 
 
-def test_the_merge_puts_every_record_back_in_log_order(
-    recorded: RecordedLog, pool: FoldPool
-) -> None:
-    """Sorting by the index the workers send back is the serial order (a merge that
-    appended the chunks one after the other would not be)."""
-    serial = rederive(recorded.routing, routes())
-    book = policy_book(recorded.routing)
-    parallel = rederive_parallel(recorded.routing, routes(), book, pool)
-    assert [(d.id, o) for d, o in zip(serial.decisions, serial.decision_origins, strict=True)] == [
-        (record_id, origin) for _, record_id, _, origin in parallel.decisions
-    ]
-    assert [(r.id, o) for r, o in zip(serial.responses, serial.response_origins, strict=True)] == [
-        (record_id, origin) for _, record_id, _, origin in parallel.responses
-    ]
-    assert [d.model_dump_json() for d in serial.decisions] == [
-        text for _, _, text, _ in parallel.decisions
-    ]
-    assert list(parallel.states) == list(serial.states) and parallel.states == serial.states
-    assert (parallel.events, parallel.applied, parallel.skipped) == (
-        serial.events,
-        serial.applied,
-        serial.skipped,
-    )
-    # Three routes in two chunks: one chunk holds two routes, interleaved in the log.
-    assert sorted(map(len, plan(route_keys(recorded.routing), pool.jobs))) == [1, 2]
-
-
-def test_merge_interleaves_the_workers_results_by_index() -> None:
-    state = RouteState()
-    first = Folded(
-        decisions=[(1, "d1", "{}", (0, 1)), (4, "d4a", "{}", (0, 4)), (4, "d4b", "{}", (0, 4))],
-        responses=[(4, "r4", "{}", (0, 4))],
-        states={"b": state, "a": state},
-        stored_at={"b": 1, "a": 6},
-        errors=[(7, "seven")],
-        events=3,
-    )
-    second = Folded(
-        decisions=[(0, "d0", "{}", (1, 0)), (5, "d5", "{}", (1, 5))],
-        responses=[(2, "r2", "{}", (1, 2)), (5, "r5", "{}", (1, 5))],
-        states={"c": state},
-        stored_at={"c": 0},
-        errors=[(3, "three")],
-        events=4,
-    )
-    merged = merge([first, second])
-    assert [d[1] for d in merged.decisions] == ["d0", "d1", "d4a", "d4b", "d5"]
-    assert [r[1] for r in merged.responses] == ["r2", "r4", "r5"]
-    assert list(merged.states) == ["c", "b", "a"]
-    assert merged.errors == ["three", "seven"] and merged.events == 7
-
-
 def document(*provider_ids: str) -> PolicyDocument:
     ids = list(provider_ids)
     config = routing_config(*(provider(p) for p in ids), routes={"chat": ids, "other": ids})
@@ -340,7 +301,7 @@ def test_budget_ledgers_and_forwarded_requests_cross_routes_through_the_log_only
         dep("c"): Profile(success=0.99, latency_ms=500.0),
     }
     log = synthetic_log(budgets_and_fallbacks(), profiles, 300)
-    keys = set(route_keys(log.routing))
+    keys = set(scan_entries(log).keys)
     assert {"chat", "cheap"} < keys and any(k and k.startswith("budget:") for k in keys)
     serial = replay(log, budgets_and_fallbacks())
     assert serial.ok and serial.reproduced > 0
@@ -353,7 +314,7 @@ def test_a_log_of_one_route_is_folded_in_this_process(monkeypatch: pytest.Monkey
     def no_pool(jobs: int) -> FoldPool:
         raise AssertionError("a log of one route needs no worker")
 
-    monkeypatch.setattr("app.audit.replay.FoldPool", no_pool)
+    monkeypatch.setattr("app.audit.replay_parallel.FoldPool", no_pool)
     report = replay(log, Policy(routing_config(provider("cerebras-x")), params()), jobs=4)
     assert report.ok and report.reproduced == report.recorded >= 40
 
@@ -411,3 +372,268 @@ def test_cli_jobs(
     monkeypatch.setattr("app.audit.commands.PARALLEL_FROM", len(recorded.routing))
     assert main(args) == 1
     assert capsys.readouterr().out == outputs[0] and started == [2]
+
+
+# --------------------------------------------------------------------------- texts
+
+
+def tampered(recorded: RecordedLog) -> RecordedLog:
+    """Slower outcomes on every route; a decision dropped, one forged, one sent twice;
+    two responses altered and one dropped."""
+    routing = list(recorded.routing)
+    for route in ("code", "chat", "cheap"):
+        index = finishes(recorded, route)[40]
+        routing[index] = slower(recorded, index, 9.0)
+    decisions = list(recorded.decisions)
+    decisions.pop(30)
+    forged = decisions[10].event
+    assert forged is not None
+    forged = forged.model_copy(update={"id": derived_id("forged", 1)})
+    decisions.insert(11, Entry(0, 10_000, forged.model_dump_json(), forged))
+    decisions.append(decisions[5])
+    responses = list(recorded.responses)
+    for index in (7, 200):
+        answer = responses[index].event
+        assert answer is not None
+        other = answer.model_copy(update={"attempts": answer.attempts + 1})
+        responses[index] = Entry(0, index, other.model_dump_json(), other)
+    del responses[100]
+    return with_routing(recorded, routing, decisions=decisions, responses=responses)
+
+
+def unreadable_lines(directory: Path) -> None:
+    """An unreadable record in each stream of an export, as a broken writer leaves them."""
+    with (directory / "routing.jsonl").open("a", encoding="utf-8") as routing:
+        routing.write('{"partition":0,"offset":99998,"event":null}\n')
+        routing.write('{"partition":1,"offset":99999,"event":{"id":"x","type":"route.tick"}}\n')
+    for stream in ("decisions", "responses"):
+        path = directory / f"{stream}.jsonl"
+        lines = path.read_text(encoding="utf-8").split("\n")
+        lines.insert(3, lines[3][: len(lines[3]) // 2])  # a copy cut short: its id, no more
+        lines.insert(8, '{"not": "a record"}')
+        path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def test_an_export_is_replayed_by_workers_that_read_it_themselves(
+    recorded: RecordedLog, pool: FoldPool, tmp_path: Path
+) -> None:
+    write_export(tampered(recorded), tmp_path, Topics())
+    unreadable_lines(tmp_path)
+    serial = replay(read_export(tmp_path), routes())
+    assert serial.mismatched > 5 and serial.count("not_rederived") == 1
+    assert set(serial.unreadable) == {"routing", "decisions", "responses"}
+    texts = read_export_texts(tmp_path)
+    assert_same(serial, replay(texts, routes(), pool=pool))
+    assert texts.original is None  # read where it is: nothing parsed in this process
+    assert pool.last is not None and not pool.last.fell_back
+
+
+def test_an_export_laid_out_otherwise_replays_the_same(
+    recorded: RecordedLog, pool: FoldPool, tmp_path: Path
+) -> None:
+    """Lines ending in CR LF (another tool rewrote it): read parsed, folded in workers."""
+    write_export(tampered(recorded), tmp_path, Topics())
+    for name in ("routing", "decisions", "responses"):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    serial = replay(read_export(tmp_path), routes())
+    assert_same(serial, replay(read_export_texts(tmp_path), routes(), pool=pool))
+
+
+def test_texts_from_a_broker_give_their_keys_and_replay_the_same(
+    recorded: RecordedLog, pool: FoldPool
+) -> None:
+    texts = texts_of(tampered(recorded))
+    log = texts.parsed()
+    texts.original = None  # as read from a broker: the keys come from the texts
+    assert_same(replay(log, routes()), replay(texts, routes(), pool=pool))
+    assert pool.last is not None and not pool.last.fell_back
+
+
+def test_the_key_read_from_a_text_is_the_events_key(recorded: RecordedLog) -> None:
+    budgets = synthetic_log(budgets_and_fallbacks(), {}, 120)
+    read = 0
+    for entry in [*recorded.routing, *budgets.routing]:
+        assert entry.event is not None
+        text = entry.raw.encode()
+        key = guess_key(text, 0, len(text))
+        if key is not None:
+            read += 1
+            assert key == route_of(entry.event)
+    assert read == len(recorded.routing) + len(budgets.routing)
+
+
+def test_the_export_scan_finds_every_record_and_its_key(
+    recorded: RecordedLog, tmp_path: Path
+) -> None:
+    write_export(recorded, tmp_path, Topics())
+    scan = scan_export(tmp_path / "routing.jsonl")
+    assert scan is not None and scan.keys == scan_entries(recorded).keys
+    data = (tmp_path / "routing.jsonl").read_bytes()
+    texts = [data[a:b].decode() for a, b in zip(scan.starts, scan.ends, strict=True)]
+    assert texts == [entry.raw for entry in recorded.routing]
+    assert (scan.partitions, scan.offsets) == (
+        [e.partition for e in recorded.routing],
+        [e.offset for e in recorded.routing],
+    )
+
+
+def two_chunks(log: RecordedLog) -> tuple[str, str]:
+    """A route of each chunk of a two-worker replay."""
+    planned = plan(scan_entries(log).keys, 2)
+    return planned[0][0], planned[1][0]
+
+
+def test_a_text_that_names_another_key_is_replayed_in_one_process(
+    recorded: RecordedLog, pool: FoldPool
+) -> None:
+    """An attempt whose text names another route first (a duplicated field: the last one
+    counts): its worker finds it is not one of its keys, and the parent replays the
+    log in one process, for the same report."""
+    first, second = two_chunks(recorded)
+    routing = list(recorded.routing)
+    index = finishes(recorded, first)[10]
+    entry = routing[index]
+    real = f',"route":"{first}"'
+    raw = entry.raw.replace(real, f',"route":"{second}"{real}', 1)
+    routing[index] = parse("routing", entry.partition, entry.offset, raw)
+    log = with_routing(recorded, routing)
+    text = raw.encode()
+    assert guess_key(text, 0, len(text)) == second != route_of(routing[index].event)  # type: ignore[arg-type]
+    serial = replay(log, routes())
+    assert_same(serial, replay(texts_unparsed(log), routes(), pool=pool))
+    assert pool.last is not None and pool.last.fell_back
+
+
+def texts_unparsed(log: RecordedLog) -> LogTexts:
+    texts = texts_of(log)
+    texts.original = None
+    return texts
+
+
+def test_a_recorded_text_whose_id_is_another_is_replayed_in_one_process(
+    recorded: RecordedLog, pool: FoldPool
+) -> None:
+    """A decision whose text starts with the id of a decision another worker makes."""
+    first, second = two_chunks(recorded)
+    decisions = list(recorded.decisions)
+    of = {
+        route: next(
+            n for n, e in enumerate(decisions) if e.event is not None and e.event.route == route
+        )
+        for route in (first, second)
+    }
+    other, real = decisions[of[first]].event, decisions[of[second]]
+    assert other is not None
+    raw = '{"id":"' + other.id + '",' + real.raw[1:]
+    decisions[of[second]] = parse("decisions", real.partition, real.offset, raw)
+    log = with_routing(recorded, list(recorded.routing), decisions=decisions)
+    serial = replay(log, routes())
+    assert_same(serial, replay(texts_unparsed(log), routes(), pool=pool))
+    assert pool.last is not None and pool.last.fell_back
+
+
+def test_one_id_re_derived_by_two_workers_is_replayed_in_one_process(
+    recorded: RecordedLog, pool: FoldPool
+) -> None:
+    """A request accepted on two routes in two chunks: both re-derive its decision and
+    its response, under the same ids."""
+    first, second = two_chunks(recorded)
+    routing = list(recorded.routing)
+    copied = next(
+        e.event for e in routing if isinstance(e.event, RequestAccepted) and e.event.route == first
+    )
+    assert copied is not None
+    source = copied.source.model_copy(update={"offset": 10**6})
+    moved = copied.model_copy(
+        update={"route": second, "id": derived_id("accepted again"), "source": source}
+    )
+    where = next(e for e in routing if e.event is not None and route_of(e.event) == second)
+    ends = max(e.offset for e in routing if e.partition == where.partition)
+    routing.append(parse("routing", where.partition, ends + 1, moved.model_dump_json()))
+    log = with_routing(recorded, sorted(routing, key=lambda e: (e.partition, e.offset)))
+    serial = replay(log, routes())
+    assert not serial.ok
+    assert_same(serial, replay(log, routes(), pool=pool))
+    assert pool.last is not None and pool.last.fell_back
+
+
+def graded(log: RecordedLog) -> RecordedLog:
+    """Grades on every route (each with its feedback), one of them altered, one of a
+    request answered on another route; appended to their routes' partitions."""
+    answered = [
+        e.event.outcome
+        for e in log.routing
+        if isinstance(e.event, AttemptFinished)
+        and e.event.outcome.final
+        and e.event.outcome.status_class is StatusClass.SUCCESS
+    ]
+    chosen = [next(o for o in answered if o.route == r) for r in ("chat", "code", "cheap")]
+    chosen += [o for o in answered if o.route == "chat"][5:8]
+    ends: dict[int, int] = {}
+    partition_of: dict[str, int] = {}
+    for entry in log.routing:
+        ends[entry.partition] = max(ends.get(entry.partition, -1), entry.offset)
+        if entry.event is not None:
+            partition_of[route_of(entry.event)] = entry.partition
+    routing, feedback = list(log.routing), list(log.feedback)
+    for n, answer in enumerate(chosen):
+        item = Feedback.model_validate(
+            {"request_id": answer.request_id, "source": "user", "score": 0.8}
+        ).with_id()
+        feedback.append(parse("feedback", 0, n, item.model_dump_json()))
+        route = "code" if n == 4 else answer.route  # graded on a route it was not answered on
+        grade = GradeApplied(
+            id=grade_id(answer.request_id, str(item.feedback_id)),
+            occurred_at=at(T0 + 10_000),
+            request_id=answer.request_id,
+            route=route,
+            deployment=answer.deployment,
+            source="user",
+            score=0.3 if n == 2 else 0.8,
+            feedback_id=str(item.feedback_id),
+        )
+        partition = partition_of[route]
+        ends[partition] += 1
+        routing.append(parse("routing", partition, ends[partition], grade.model_dump_json()))
+    graded_log = with_routing(log, sorted(routing, key=lambda e: (e.partition, e.offset)))
+    graded_log.feedback = feedback
+    return graded_log
+
+
+def test_grades_are_checked_alike(recorded: RecordedLog, pool: FoldPool) -> None:
+    log = graded(recorded)
+    serial = replay(log, routes())
+    assert serial.grades.recorded == 6 and 0 < serial.grades.verified < 6
+    assert_same(serial, replay(log, routes(), pool=pool))
+    assert_same(serial, replay(texts_unparsed(log), routes(), pool=pool))
+    assert pool.last is not None and not pool.last.fell_back
+
+
+def test_cli_jobs_on_a_tampered_export_with_unreadable_records(
+    recorded: RecordedLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_export(tampered(recorded), tmp_path, Topics())
+    write_policy(routes(), tmp_path)
+    unreadable_lines(tmp_path)
+    outputs = []
+    for jobs in ("1", "2"):
+        for form in ([], ["--json", "--show", "1000"]):
+            assert main(["replay", "--from-export", str(tmp_path), *form, "--jobs", jobs]) == 1
+            outputs.append(capsys.readouterr().out)
+    assert outputs[:2] == outputs[2:]
+    assert json.loads(outputs[3])["mismatched"] > 5
+
+
+def test_cli_jobs_on_an_export_that_is_not_utf8(
+    recorded: RecordedLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_export(recorded, tmp_path, Topics())
+    write_policy(routes(), tmp_path)
+    path = tmp_path / "decisions.jsonl"
+    data = path.read_bytes()
+    at_hash = data.index(b'"prompt_sha256":"', data.index(b"\n", 5000)) + 20
+    path.write_bytes(data[:at_hash] + b"\xff" + data[at_hash + 1 :])
+    for jobs in ("1", "2"):
+        assert main(["replay", "--from-export", str(tmp_path), "--jobs", jobs]) == 2
+        assert "cannot read the recorded log" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Collection
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -26,6 +26,9 @@ from app.policy.files import load_config
 from app.routing.params import RoutingParams, params_from_env
 from app.routing.policy import Policy
 from app.settings import get_settings
+
+if TYPE_CHECKING:
+    from app.audit.log_texts import ExportTexts, LogTexts
 
 PARAM_NAMES = sorted(str(f.validation_alias) for f in RoutingParams.model_fields.values())
 
@@ -132,6 +135,7 @@ PARALLEL_FROM = 40_000
 
 
 def replay_command(args: argparse.Namespace) -> int:
+    from app.audit.log_texts import REPLAY_STREAMS, UnreadableLog
     from app.audit.replay_parallel import FoldPool
 
     overrides = parse_overrides(args.set or [])
@@ -143,13 +147,17 @@ def replay_command(args: argparse.Namespace) -> int:
             pool = workers.enter_context(FoldPool(jobs))
             pool.warm()  # the workers start while the log is read
         # Outcomes are in the routing log too; replay checks the router's own responses.
-        log = load_log(args, streams=("routing", "decisions", "responses", "feedback"))
+        if jobs > 1 and not counterfactual_mode:
+            log: RecordedLog | LogTexts | ExportTexts = load_texts(args)  # the workers parse
+        else:
+            log = load_log(args, streams=REPLAY_STREAMS)
         export = None if args.counterfactual else args.from_export
         policy = load_policy(args.config or args.providers, overrides, export)
         if counterfactual_mode:
             from app.audit.counterfactual import counterfactual
             from app.audit.side_by_side import render as render_side_by_side
 
+            assert isinstance(log, RecordedLog)
             label = (
                 ", ".join(
                     [f"config {args.config}"] * bool(args.config)
@@ -163,11 +171,29 @@ def replay_command(args: argparse.Namespace) -> int:
 
         from app.audit.replay import render, replay
 
-        if pool is None and jobs > 1 and len(log.routing) >= PARALLEL_FROM:
+        big = not isinstance(log, RecordedLog) and log.routing_records() >= PARALLEL_FROM
+        if pool is None and jobs > 1 and big:
             pool = workers.enter_context(FoldPool(jobs))
-        result = replay(log, policy, allow_pending=args.allow_pending, pool=pool)
+        try:
+            result = replay(log, policy, allow_pending=args.allow_pending, pool=pool)
+        except (OSError, UnreadableLog) as exc:  # a file of the export, read as it replays
+            raise UsageError(f"cannot read the recorded log: {exc}") from exc
         _emit(args, result.to_json(limit=args.show), render(result, show=args.show))
         return 0 if result.ok else 1
+
+
+def load_texts(args: argparse.Namespace) -> LogTexts | ExportTexts:
+    """:func:`load_log` for a parallel replay: the records' texts, parsed by its workers."""
+    from app.audit.log_texts import read_broker_texts, read_export_texts
+
+    try:
+        if args.from_export is not None:
+            return read_export_texts(args.from_export)
+        settings = get_settings()
+        bootstrap = bootstrap_servers(args.broker or settings.broker)
+        return asyncio.run(read_broker_texts(bootstrap, settings.topics, timeout_s=args.timeout))
+    except (OSError, LookupError, TimeoutError, ValueError) as exc:
+        raise UsageError(f"cannot read the recorded log: {exc}") from exc
 
 
 def replay_jobs(requested: int | None) -> int:

@@ -1,4 +1,4 @@
-"""Replay on every core: independent routes folded in worker processes.
+"""Replay on every core: independent routes folded, and compared, in worker processes.
 
 Why routes are independent. The driver (:class:`app.routing.driver.Driver`) keeps
 everything it folds per routing-log key, ``route_of(event)``: a route's name, or a
@@ -16,97 +16,320 @@ and the policy book, and nothing else. The pure caches the fold keeps
 (:mod:`app.routing.propensity`, ``Policy.memo``, the trusted builders) are
 functions of their arguments: a worker's cold cache gives the same numbers.
 
-What every group needs. The policy book: every version the whole log carries, as
-:func:`app.audit.replay.policy_book` builds it before folding (a route that has not
-folded a ``policy.changed`` yet folds with the log's first version, wherever that
-version's record is). Each worker gets the parent's book (its policies rebuilt from
-their fields, without cached values) and the replay policy; each ``policy.changed``
-is folded by its own route's group only (folded elsewhere it would make a state for
-a route that group does not own).
+Each record parsed once, by the process that needs it. The parent reads the log as
+texts (:mod:`app.audit.log_texts`) and parses none of the common records: it reads each
+routing-log record's key from its text (:func:`guess_key`: where the router's JSON puts
+it) and parses only the records it needs itself (policy changes, for the book; grades,
+for their check) and those whose text it cannot read a key from. It packs the keys into
+``jobs`` chunks of about equal numbers of records (largest first, each to the least
+loaded chunk); each chunk is one task: the records' places (an export's byte ranges,
+which the worker reads itself, or their texts), with each record's index in the log,
+partition and offset. Each worker gets the parent's policy book (its policies rebuilt
+from their fields, without cached values) and the replay policy; each
+``policy.changed`` is folded by its own route's chunk only.
 
-The groups. One per key, each with its entries in log order; the groups are packed
-into ``jobs`` chunks (largest first, each to the least loaded chunk) and each chunk
-is one task. An entry goes to a worker as its record's text (``Entry.raw``, the text
-its event was parsed from), its index in the log, partition and offset: the text
-pickles as fast as a copy, where the parsed events' object graph costs more to
-pickle and unpickle than the text costs to parse again (for 10,000 requests: 0.33 s
-and 0.22 s against 0.02 s and 0.20 s). Unreadable entries stay in the parent
-(counted there, folded nowhere, as in the serial replay).
+The comparison in the workers (:mod:`app.audit.replay_worker`). A worker parses and
+folds its records, then reads every recorded decision and response and compares those
+whose id it re-derived, as the one-process replay compares them. It sends back counts,
+the mismatches, the final states and which recorded records it took: no record. What
+no worker took (recorded but re-derived nowhere, or unreadable) the parent parses: the
+recorded-but-not-re-derived mismatches. Each mismatch comes with its rank among those of
+its kind and origin in the one-process replay's order (its id's first recorded copy, or
+the event that first re-derived it), so sorting them all gives that order; states go in
+the order the serial fold first stored them, fold errors and grades in log order.
 
-The merge. A worker returns each re-derived record as ``(index, id, JSON, (partition,
-offset))``, the JSON the router publishes (``model_dump_json``), in its fold order,
-rather than the objects (which cost more to pickle and unpickle than to serialise
-and compare as text). Every entry is
-in one chunk, so sorting all of them by index (stably) is the serial replay's order,
-records of one event in the order that event made them. States are put in the order
-the serial fold first stored them (by the index of that event), fold errors in log
-order. The comparison (:mod:`app.audit.replay`) then runs on these exactly as on the
-serial replay's records: a recorded copy whose text is the re-derived JSON is that
-record (JSON round-trips them exactly, as it does for the router's own records);
-any other is parsed and compared field by field.
+Checked, not assumed. A key read from a text is checked by the worker that parses it
+(every record's key must be one of its chunk's), and so is every recorded id read from
+a text's start; a record re-derived by two workers (two routes re-deriving one id) is
+seen in what they send back. Any of these (a text laid out to mislead, a log no router
+wrote) and the parent replays in one process instead (:func:`replay_parallel` returns
+None): the same report, at one process's speed.
 
 The pool uses the ``spawn`` start method: a worker is a fresh interpreter that
 imports :mod:`app.audit.replay_worker` (the fold and the event contract; about 0.4 s),
 never a copy of the parent's threads or broker connections. :class:`FoldPool` is a
 context manager: leaving it stops every worker it started.
-
-What it costs. The workers parse every record again and serialise every re-derived
-record, which the serial replay does not (a quarter of its CPU time on the replay
-bench), and the parent still finds each record's key, splits the log and compares
-(about a tenth of the two-worker wall clock): two workers replay about 1.4 times as
-fast as one process, and scale 1.8 times from one worker to two.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
+from itertools import pairwise
+from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from app.audit import replay_worker
-from app.audit.log import Entry, RoutingEvent
-from app.audit.replay_worker import Chunk, Folded, FoldTask, Made
-from app.contract import AttemptFinished, RequestAccepted, route_of
+from app.audit.grades import GradeCheck, check_grade_events
+from app.audit.log import STREAMS, Entry, RecordedLog
+from app.audit.log_texts import ExportTexts, LogTexts, UnreadableLog, has_carriage_return
+from app.audit.mismatch import KIND_ORDER, Mismatch, mismatch, pending
+from app.audit.replay_report import ReplayReport
+from app.audit.replay_worker import (
+    ROUTING_RECORD,
+    UNROUTABLE,
+    Chunk,
+    Compared,
+    Folded,
+    FoldTask,
+    Rank,
+    Records,
+    Stream,
+    key_of,
+    text_id,
+)
+from app.contract import (
+    AttemptFinished,
+    Decision,
+    GradeApplied,
+    PolicyChanged,
+    RequestAccepted,
+    Response,
+)
+from app.contract.budget import ledger_key
 from app.routing.book import PolicyBook
 from app.routing.policy import Policy
 from app.routing.state import RouteState
 
 START_METHOD = "spawn"
-#: The group of records that name no key (a budget ask whose index is past its scopes):
-#: folding one raises before it touches any state, and the worker reports the error as
-#: the serial replay does.
-UNROUTABLE = "\x00unroutable"
+R = TypeVar("R", Decision, Response)
+#: A parsed, a read-as-texts or an export-directory log.
+AnyLog = RecordedLog | LogTexts | ExportTexts
 
 
-def route_keys(entries: Sequence[Entry[RoutingEvent]]) -> list[str | None]:
-    """Each entry's routing-log key, :func:`~app.contract.route_of` (None: unreadable,
-    folded nowhere); the two common events' without a call."""
-    keys: list[str | None] = []
-    add = keys.append
-    for entry in entries:
-        event = entry.event
-        if type(event) is RequestAccepted:
-            add(event.route)
-        elif type(event) is AttemptFinished:
-            add(event.outcome.route)
-        else:
-            add(None if event is None else _key(event))
-    return keys
+# --------------------------------------------------------------------------- the keys
 
 
-def _key(event: RoutingEvent) -> str:
+@dataclass
+class RoutingScan:
+    """The routing log as the parent reads it: each record's key, place and text."""
+
+    #: Each record's key, in log order (None: unreadable, folded nowhere).
+    keys: list[str | None] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    #: The records' texts, or (``path``) where each is in a file.
+    texts: list[bytes] | None = None
+    path: str | None = None
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    #: (index, event) of the policy changes and grades, parsed here, in log order.
+    special: list[tuple[int, PolicyChanged | GradeApplied]] = field(default_factory=list)
+    unreadable: int = 0
+
+    def groups(self) -> int:
+        return len({key for key in self.keys if key is not None})
+
+
+_TYPE = b'","type":"'
+
+
+def guess_key(data: bytes, start: int, stop: int) -> str | None:
+    """The routing-log key of the event whose text is ``data[start:stop]``, read where the
+    router's JSON (``model_dump_json``: fields in their declared order) puts it; None
+    when the text is laid out otherwise or is of another kind (it is then parsed).
+
+    A string value cannot hold ``","`` unescaped, so what is found is a field of the
+    event, not text inside one: the first ``type`` (after the envelope's flat fields),
+    an attempt's first ``route`` (its outcome's, after flat fields), a request's last
+    ``route`` before its last ``prompt_sha256`` (the fields after them hold no such
+    pair). The worker that parses the record checks the key all the same."""
+    at = data.find(_TYPE, start, min(stop, start + 200))
+    if at < 0:
+        return None
+    at += len(_TYPE)
+    if data.startswith(b'attempt.finished","outcome":{', at):
+        found = data.find(b',"route":"', at, stop)
+        return None if found < 0 else _string(data, found + 10, stop)
+    if data.startswith(b'request.accepted",', at):
+        sha = data.rfind(b'","prompt_sha256":"', at, stop)
+        found = data.rfind(b',"route":"', at, sha) if sha >= 0 else -1
+        return None if found < 0 else _plain(data[found + 10 : sha])
+    if data.startswith(b'route.tick","route":"', at):
+        return _string(data, at + 21, stop)
+    if data.startswith(b'budget.verdict","route":"', at):
+        return _string(data, at + 25, stop)
+    if data.startswith(b'budget.settle","scope":"', at):
+        scope = _string(data, at + 24, stop)
+        return None if scope is None else ledger_key(scope)
+    if data.startswith(b'budget.ask","route":"', at):
+        return _ask_key(data, at, stop)
+    return None
+
+
+def _ask_key(data: bytes, at: int, stop: int) -> str | None:
+    """A budget ask's ledger: ``scopes[index]``."""
+    scopes_at = data.find(b',"scopes":[', at, stop)
+    index_at = data.find(b'],"index":', scopes_at, stop) if scopes_at >= 0 else -1
+    if index_at < 0:
+        return None
+    digits_end = index_at + 10
+    while digits_end < stop and data[digits_end : digits_end + 1].isdigit():
+        digits_end += 1
     try:
-        return route_of(event)
-    except Exception:  # its fold raises the same, in a worker
-        return UNROUTABLE
+        scopes = json.loads(data[scopes_at + 10 : index_at + 1])
+        index = int(data[index_at + 10 : digits_end])
+    except ValueError:
+        return None
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        return None
+    return ledger_key(scopes[index]) if index < len(scopes) else UNROUTABLE
 
 
-def group_count(keys: Sequence[str | None]) -> int:
-    return len({key for key in keys if key is not None})
+def _string(data: bytes, start: int, stop: int) -> str | None:
+    end = data.find(b'"', start, stop)
+    return None if end < 0 else _plain(data[start:end])
+
+
+def _plain(value: bytes) -> str | None:
+    """A JSON string's text when it holds no escape (else None: parse the record)."""
+    if b"\\" in value or b'"' in value:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _keyed(scan: RoutingScan, text: bytes, key: str | None) -> str | None:
+    """``key`` when the text gave one; else the record parsed here (None: unreadable)."""
+    if key is not None:
+        return key
+    if not text.isascii():
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UnreadableLog(f"a routing-log record is not UTF-8: {exc}") from None
+    try:
+        event = ROUTING_RECORD.validate_json(text)
+    except ValidationError:
+        scan.unreadable += 1
+        return None
+    if isinstance(event, PolicyChanged | GradeApplied):
+        scan.special.append((len(scan.keys), event))
+    return key_of(event)
+
+
+def scan_entries(log: RecordedLog) -> RoutingScan:
+    """A parsed log's keys (from its events) and texts."""
+    scan = RoutingScan(texts=[])
+    assert scan.texts is not None
+    for index, entry in enumerate(log.routing):
+        event = entry.event
+        scan.partitions.append(entry.partition)
+        scan.offsets.append(entry.offset)
+        scan.texts.append(entry.raw.encode("utf-8"))
+        if event is None:
+            scan.keys.append(None)
+            scan.unreadable += 1
+            continue
+        if type(event) is RequestAccepted:
+            scan.keys.append(event.route)
+        elif type(event) is AttemptFinished:
+            scan.keys.append(event.outcome.route)
+        else:
+            if isinstance(event, PolicyChanged | GradeApplied):
+                scan.special.append((index, event))
+            scan.keys.append(key_of(event))
+    return scan
+
+
+def scan_texts(texts: LogTexts) -> RoutingScan:
+    """Keys read from the texts (:func:`guess_key`)."""
+    scan = RoutingScan(texts=[])
+    assert scan.texts is not None
+    for partition, offset, text in texts.routing:
+        key = guess_key(text, 0, len(text))
+        scan.keys.append(_keyed(scan, text, key))
+        scan.partitions.append(partition)
+        scan.offsets.append(offset)
+        scan.texts.append(text)
+    return scan
+
+
+#: A line of ``routing.jsonl`` as :mod:`app.audit.export` writes it, up to its event's key
+#: when the event is an attempt (group 3) or up to its type when it is a request (4).
+_LINE = re.compile(
+    rb'\{"partition":(\d+),"offset":(\d+),"event":(?:\{"id":"[^"]*","schema_version":\d+,'
+    rb'"occurred_at":"[^"]*","type":"(?:attempt\.finished","outcome":\{"id":"[^"]*",'
+    rb'"schema_version":\d+,"occurred_at":"[^"]*","type":"attempt\.outcome",'
+    rb'"request_id":"(?:[^"\\]|\\.)*","attempt":\d+,"route":"([^"\\]*)"|(request\.accepted)"))?'
+)
+
+
+def scan_export(path: Path) -> RoutingScan | None:
+    """Keys and byte ranges of an export's routing records, read from ``routing.jsonl``
+    without parsing it; None when a line is laid out otherwise than
+    :func:`app.audit.export.write_export` writes it (the export is then read parsed).
+
+    One regular expression finds every line and reads the two common events' keys
+    where :func:`guess_key` reads them (the loop runs once per record: every call it
+    saves counts); any other event goes through :func:`guess_key`."""
+    data = path.read_bytes()
+    if b"\r" in data:
+        return None
+    scan = RoutingScan(path=str(path))
+    keys, partitions, offsets = scan.keys, scan.partitions, scan.offsets
+    starts, ends = scan.starts, scan.ends
+    named: dict[bytes, str | None] = {}  # a key's bytes -> the key (None: has an escape)
+    find, rfind = data.find, data.rfind
+    size, at = len(data), 0
+    for line in _LINE.finditer(data):
+        if line.start() != at and data[at : line.start()].strip(b"\n"):
+            return None  # a line laid out otherwise
+        end = find(b"\n", line.end())
+        if end < 0:
+            end = size
+        if data[end - 1] != 0x7D:  # "}"
+            return None
+        partition, offset, route, request = line.groups()
+        start, stop = line.start() + 32 + len(partition) + len(offset), end - 1
+        if request is not None:
+            sha = rfind(b'","prompt_sha256":"', start, stop)
+            found = rfind(b',"route":"', start, sha) if sha >= 0 else -1
+            route = data[found + 10 : sha] if found >= 0 else None
+        key: str | None = None
+        if route is not None:
+            key = named[route] if route in named else named.setdefault(route, _plain(route))
+        if key is None:
+            if data[start:stop] == b"null":  # unreadable when it was exported
+                scan.unreadable += 1
+            else:
+                key = _keyed(scan, data[start:stop], guess_key(data, start, stop))
+        keys.append(key)
+        partitions.append(int(partition))
+        offsets.append(int(offset))
+        starts.append(start)
+        ends.append(stop)
+        at = end + 1
+    if at < size and data[at:].strip(b"\n"):
+        return None
+    _in_log_order(scan)
+    return scan
+
+
+def _in_log_order(scan: RoutingScan) -> None:
+    """Records sorted by partition, then offset (as :func:`~app.audit.log.read_export`
+    sorts them; a file :mod:`app.audit.export` wrote already is)."""
+    places = list(zip(scan.partitions, scan.offsets, strict=True))
+    if all(a <= b for a, b in pairwise(places)):
+        return
+    order = sorted(range(len(places)), key=places.__getitem__)
+    moved = {old: new for new, old in enumerate(order)}
+    scan.keys = [scan.keys[i] for i in order]
+    scan.partitions = [scan.partitions[i] for i in order]
+    scan.offsets = [scan.offsets[i] for i in order]
+    scan.starts = [scan.starts[i] for i in order]
+    scan.ends = [scan.ends[i] for i in order]
+    scan.special = sorted((moved[i], event) for i, event in scan.special)
 
 
 def plan(keys: Sequence[str | None], jobs: int) -> list[list[str]]:
@@ -126,20 +349,33 @@ def plan(keys: Sequence[str | None], jobs: int) -> list[list[str]]:
     return planned
 
 
-def chunks(
-    entries: Sequence[Entry[RoutingEvent]], keys: Sequence[str | None], planned: list[list[str]]
-) -> list[Chunk]:
-    """One chunk per planned list of keys: its entries' columns, in log order."""
+def chunks(scan: RoutingScan, planned: list[list[str]]) -> list[Chunk]:
+    """One chunk per planned list of keys: its records' columns, in log order."""
     where = {key: number for number, members in enumerate(planned) for key in members}
-    made = [Chunk([], [], [], []) for _ in planned]
-    for index, (entry, key) in enumerate(zip(entries, keys, strict=True)):
+    columns: list[tuple[list[int], list[int], list[int], list[Any], list[int], list[int]]] = [
+        ([], [], [], [], [], []) for _ in planned
+    ]
+    texts = scan.texts
+    for index, key in enumerate(scan.keys):
         if key is None:
             continue
-        chunk = made[where[key]]
-        chunk.indices.append(index)
-        chunk.partitions.append(entry.partition)
-        chunk.offsets.append(entry.offset)
-        chunk.raws.append(entry.raw)
+        indices, partitions, offsets, kept, starts, ends = columns[where[key]]
+        indices.append(index)
+        partitions.append(scan.partitions[index])
+        offsets.append(scan.offsets[index])
+        if texts is not None:
+            kept.append(texts[index])
+        else:
+            starts.append(scan.starts[index])
+            ends.append(scan.ends[index])
+    made = []
+    for members, (indices, partitions, offsets, kept, starts, ends) in zip(
+        planned, columns, strict=True
+    ):
+        records = (
+            Records(texts=kept) if texts is not None else Records(None, scan.path, starts, ends)
+        )
+        made.append(Chunk(frozenset(members), indices, partitions, offsets, records))
     return made
 
 
@@ -154,6 +390,14 @@ def bare_book(book: PolicyBook) -> PolicyBook:
     )
 
 
+def versions(book: PolicyBook) -> dict[int, str]:
+    """The book's versions with their policies' config hashes, in version order."""
+    return {v: p.config_hash for v, p in sorted(book.versions.items())}
+
+
+# --------------------------------------------------------------------------- the pool
+
+
 class FoldPool:
     """``jobs`` worker processes for parallel replays; leaving the context stops them."""
 
@@ -161,8 +405,8 @@ class FoldPool:
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, not {jobs}")
         self.jobs = jobs
-        #: The last parallel fold's figures (its ``Merged`` without the records).
-        self.last: Merged | None = None
+        #: The last parallel replay's figures.
+        self.last: Timings | None = None
         self._warming: list[Future[int]] = []
         self._executor = ProcessPoolExecutor(
             max_workers=jobs,
@@ -200,111 +444,328 @@ class FoldPool:
 
 
 @dataclass
-class Merged:
-    """A parallel re-derivation, in the serial replay's order (see the module docstring)."""
+class Timings:
+    """Where a parallel replay's time went (the bench prints it)."""
 
-    #: (index, id, JSON) of each re-derived decision / response, in log order.
-    decisions: list[Made] = field(default_factory=list)
-    responses: list[Made] = field(default_factory=list)
-    states: dict[str, RouteState] = field(default_factory=dict)
-    events: int = 0
-    applied: int = 0
-    skipped: int = 0
-    unreadable: int = 0
-    errors: list[str] = field(default_factory=list)
-    #: Events per chunk and each worker's CPU seconds on it.
-    chunk_events: list[int] = field(default_factory=list)
-    worker_cpu_s: list[float] = field(default_factory=list)
-    #: Parent wall seconds: building the chunks, waiting for the workers, merging.
+    #: Parent wall seconds: reading the keys and sending the chunks, waiting for the
+    #: workers, putting their results together.
     split_s: float = 0.0
     wait_s: float = 0.0
     merge_s: float = 0.0
-    #: When each worker began its chunk, in seconds after the split.
+    #: Records per chunk; each worker's CPU seconds, all of it and the fold alone.
+    chunk_events: list[int] = field(default_factory=list)
+    worker_cpu_s: list[float] = field(default_factory=list)
+    worker_fold_s: list[float] = field(default_factory=list)
+    #: When each worker began its chunk, in seconds after the chunks were sent.
     received_s: list[float] = field(default_factory=list)
+    #: Replayed in one process after all (a key or an id not where its text said).
+    fell_back: bool = False
 
 
-def rederive_parallel(
-    entries: Sequence[Entry[RoutingEvent]],
-    policy: Policy,
-    book: PolicyBook,
-    pool: FoldPool,
-    keys: Sequence[str | None] | None = None,
-) -> Merged:
-    """Fold ``entries`` (sorted by partition, offset) on ``pool``'s workers."""
-    return start(entries, policy, book, pool, keys).merged()
+# --------------------------------------------------------------------------- the replay
 
 
 @dataclass
-class Running:
-    """Chunks being folded; the parent does other work until :meth:`merged`."""
+class _Source:
+    """What the parent reads of a log before the workers start."""
 
-    pool: FoldPool
-    calls: list[Future[Folded]]
-    unreadable: int
-    chunk_events: list[int]
-    started: float
-    split: float
-    #: ``split`` as epoch seconds (the workers' clock).
-    split_at: float
-
-    def merged(self) -> Merged:
-        folded = [call.result() for call in self.calls]
-        waited = time.perf_counter()
-        result = merge(folded)
-        result.unreadable, result.chunk_events = self.unreadable, self.chunk_events
-        result.split_s, result.wait_s = self.split - self.started, waited - self.split
-        result.received_s = [part.received_at - self.split_at for part in folded]
-        result.merge_s = time.perf_counter() - waited
-        self.pool.last = replace(result, decisions=[], responses=[], states={}, errors=[])
-        return result
+    source: str
+    scan: RoutingScan
+    decisions: Stream
+    responses: Stream
+    #: The recorded texts by position (the parent parses those no worker took).
+    decision_texts: Callable[[], Sequence[bytes]]
+    response_texts: Callable[[], Sequence[bytes]]
+    feedback: list[Entry[Any]]
+    routing_start: dict[int, int]
+    unreadable_outcomes: int = 0
 
 
-def start(
-    entries: Sequence[Entry[RoutingEvent]],
+def _lines(path: Path | None) -> Callable[[], Sequence[bytes]]:
+    def read() -> Sequence[bytes]:
+        return [] if path is None else path.read_bytes().split(b"\n")
+
+    return read
+
+
+def _source(log: AnyLog) -> _Source | None:
+    """None: an export whose files are laid out otherwise (read it parsed instead)."""
+    if isinstance(log, ExportTexts):
+        routing, decided, answered = (log.path(n) for n in ("routing", "decisions", "responses"))
+        if any(has_carriage_return(p) for p in (decided, answered) if p is not None):
+            return None
+        scan = RoutingScan() if routing is None else scan_export(routing)
+        if scan is None:
+            return None
+        return _Source(
+            log.source,
+            scan,
+            Stream(path=None if decided is None else str(decided)),
+            Stream(path=None if answered is None else str(answered)),
+            _lines(decided),
+            _lines(answered),
+            log.feedback,
+            log.routing_start,
+        )
+    if isinstance(log, RecordedLog):
+        scan = scan_entries(log)
+        decisions = [entry.raw.encode("utf-8") for entry in log.decisions]
+        responses = [entry.raw.encode("utf-8") for entry in log.responses]
+        outcomes = log.unreadable()["outcomes"]
+    else:
+        scan = scan_texts(log)
+        decisions = [text for _, _, text in log.decisions]
+        responses = [text for _, _, text in log.responses]
+        outcomes = log.unreadable_outcomes
+    return _Source(
+        log.source,
+        scan,
+        Stream(texts=decisions),
+        Stream(texts=responses),
+        lambda: decisions,
+        lambda: responses,
+        log.feedback,
+        log.routing_start,
+        outcomes,
+    )
+
+
+def replay_parallel(
+    log: AnyLog,
     policy: Policy,
-    book: PolicyBook,
-    pool: FoldPool,
-    keys: Sequence[str | None] | None = None,
-) -> Running:
-    """Split ``entries`` (sorted by partition, offset) and send the chunks to the workers."""
+    allow_pending: bool,
+    jobs: int = 1,
+    pool: FoldPool | None = None,
+) -> ReplayReport | None:
+    """The replay with its keys folded in ``pool``'s workers (or, without one, in
+    ``jobs`` workers started for it, one per key at most). None: replay it in one
+    process (a log of one key, or one whose texts said a key or an id where the worker
+    found another)."""
     started = time.perf_counter()
-    keys = route_keys(entries) if keys is None else keys
-    made = chunks(entries, keys, plan(keys, pool.jobs))
+    source = _source(log)
+    if source is None:
+        assert isinstance(log, ExportTexts)
+        source = _source(log.parsed())
+        assert source is not None
+    groups = source.scan.groups()
+    if pool is not None and groups > 1:
+        return _run(source, policy, allow_pending, pool, started)
+    if pool is None and min(jobs, groups) > 1:
+        with FoldPool(min(jobs, groups)) as own:
+            return _run(source, policy, allow_pending, own, started)
+    return None
+
+
+def _run(
+    source: _Source, policy: Policy, allow_pending: bool, pool: FoldPool, started: float
+) -> ReplayReport | None:
+    scan = source.scan
+    book = PolicyBook()
+    for _, event in scan.special:
+        if isinstance(event, PolicyChanged):
+            book.add(event.version, event.document, event.hash)
+    grades = [event for _, event in scan.special if isinstance(event, GradeApplied)]
+    made = chunks(scan, plan(scan.keys, pool.jobs))
     worker_policy, worker_book = bare(policy), bare_book(book)
-    calls = pool.submit([FoldTask(worker_policy, worker_book, chunk) for chunk in made])
-    return Running(
-        pool,
-        calls,
-        unreadable=sum(1 for key in keys if key is None),
-        chunk_events=[len(chunk.indices) for chunk in made],
-        started=started,
-        split=time.perf_counter(),
-        split_at=time.time(),
+    tasks = [
+        FoldTask(worker_policy, worker_book, c, source.decisions, source.responses, bool(grades))
+        for c in made
+    ]
+    calls = pool.submit(tasks)
+    sent, sent_at = time.perf_counter(), time.time()
+    folded = [call.result() for call in calls]
+    waited = time.perf_counter()
+    report = _report(source, policy, allow_pending, book, grades, folded)
+    pool.last = Timings(
+        split_s=sent - started,
+        wait_s=waited - sent,
+        merge_s=time.perf_counter() - waited,
+        chunk_events=[len(c.indices) for c in made],
+        worker_cpu_s=[part.cpu_s for part in folded],
+        worker_fold_s=[part.fold_s for part in folded],
+        received_s=[part.received_at - sent_at for part in folded],
+        fell_back=report is None,
     )
+    return report
 
 
-def merge(folded: Sequence[Folded]) -> Merged:
-    """The workers' results in log order (each index is in exactly one of them)."""
-    by_index = itemgetter(0)
-    merged = Merged()
+def _report(
+    source: _Source,
+    policy: Policy,
+    allow_pending: bool,
+    book: PolicyBook,
+    grades: list[GradeApplied],
+    folded: list[Folded],
+) -> ReplayReport | None:
+    """The one-process replay's report from what the workers sent back (None: some text
+    said a key or an id the worker did not find)."""
     for part in folded:
-        merged.decisions.extend(part.decisions)
-        merged.responses.extend(part.responses)
-        merged.events += part.events
-        merged.applied += part.applied
-        merged.skipped += part.skipped
-        merged.worker_cpu_s.append(part.cpu_s)
-    merged.decisions.sort(key=by_index)
-    merged.responses.sort(key=by_index)
-    stored = sorted(
-        (
-            (part.stored_at[route], route, state)
-            for part in folded
-            for route, state in part.states.items()
-        ),
-        key=by_index,
+        for text in (part.not_utf8, part.decisions.not_utf8, part.responses.not_utf8):
+            if text is not None:
+                raise UnreadableLog(f"a {text} is not UTF-8")
+    special = sorted(index for part in folded for index in part.special)
+    if special != [index for index, _ in source.scan.special] or any(
+        part.misplaced or part.decisions.misfiled or part.responses.misfiled for part in folded
+    ):
+        return None
+    decisions = _recorded([part.decisions for part in folded], source.decision_texts, Decision)
+    responses = _recorded([part.responses for part in folded], source.response_texts, Response)
+    if decisions is None or responses is None:
+        return None
+    progress: dict[int, int] = {}
+    for part in folded:
+        for partition, offset in part.progress.items():
+            if offset > progress.get(partition, -1):
+                progress[partition] = offset
+    ranked = [(rank, pending(m, progress)) for rank, m in [*decisions.ranked, *responses.ranked]]
+    ranked.sort(
+        key=lambda item: (
+            item[1].record,
+            KIND_ORDER[item[1].kind],
+            item[1].origin or (-1, -1),
+            item[0],
+        )
     )
-    merged.states = {route: state for _, route, state in stored}
-    errors = sorted((error for part in folded for error in part.errors), key=by_index)
-    merged.errors = [message for _, message in errors]
-    return merged
+    unreadable = {
+        "routing": source.scan.unreadable + sum(part.unreadable for part in folded),
+        "decisions": decisions.unreadable,
+        "outcomes": source.unreadable_outcomes,
+        "responses": responses.unreadable,
+        "feedback": sum(1 for entry in source.feedback if entry.event is None),
+    }
+    stored = sorted(
+        (part.stored_at[key], key, state) for part in folded for key, state in part.states.items()
+    )
+    states: dict[str, RouteState] = {key: state for _, key, state in stored}
+    errors = sorted(error for part in folded for error in part.errors)
+    return ReplayReport(
+        source=source.source,
+        replay_config_hash=policy.config_hash,
+        recorded_config_hashes=decisions.config_hashes(),
+        recorded=decisions.recorded,
+        rederived=decisions.made,
+        reproduced=decisions.reproduced,
+        responses_recorded=responses.recorded,
+        responses_rederived=responses.made,
+        responses_reproduced=responses.reproduced,
+        mismatches=[m for _, m in ranked],
+        events=sum(part.events for part in folded),
+        applied=sum(part.applied for part in folded),
+        skipped=sum(part.skipped for part in folded),
+        fold_errors=[message for _, message in errors],
+        unreadable={name: unreadable[name] for name in STREAMS if unreadable[name]},
+        truncated_partitions={p: o for p, o in source.routing_start.items() if o > 0},
+        allow_pending=allow_pending,
+        grades=_grades(grades, folded, source.feedback),
+        states=states,
+        policy_versions=versions(book),
+    )
+
+
+def _grades(
+    grades: list[GradeApplied], folded: list[Folded], feedback: list[Entry[Any]]
+) -> GradeCheck:
+    if not grades:
+        return GradeCheck()
+    first: dict[str, tuple[int, str, str, str | None]] = {}
+    for part in folded:
+        for request_id, answer in part.answers.items():
+            known = first.get(request_id)
+            if known is None or answer[0] < known[0]:
+                first[request_id] = answer
+    answers = {request_id: answer[1:] for request_id, answer in first.items()}
+    return check_grade_events(
+        grades, answers, (entry.event for entry in feedback if entry.event is not None)
+    )
+
+
+@dataclass
+class _Stream:
+    """One recorded stream's figures, the workers' and the parent's together."""
+
+    made: int = 0
+    recorded: int = 0
+    reproduced: int = 0
+    unreadable: int = 0
+    ranked: list[tuple[Rank, Mismatch]] = field(default_factory=list)
+    hashes: dict[str, tuple[tuple[int, int], int]] = field(default_factory=dict)
+
+    def config_hashes(self) -> dict[str, int]:
+        """Each config hash's distinct decisions, in the order the serial replay counts."""
+        ordered = sorted(self.hashes.items(), key=lambda item: item[1][0])
+        return {config_hash: count for config_hash, (_, count) in ordered}
+
+    def count(self, config_hash: str, rank: tuple[int, int], copies: int = 1) -> None:
+        seen = self.hashes.get(config_hash)
+        self.hashes[config_hash] = (
+            (rank, copies) if seen is None else (min(seen[0], rank), seen[1] + copies)
+        )
+
+
+def _recorded(
+    parts: list[Compared], texts: Callable[[], Sequence[bytes]], model: type[R]
+) -> _Stream | None:
+    """The workers' comparisons of one stream, and the records none of them took (None:
+    an id re-derived by two workers)."""
+    stream = _Stream()
+    unrecorded: set[str] = set()
+    taken = 0
+    for part in parts:
+        stream.made += part.made
+        stream.recorded += part.recorded
+        stream.reproduced += part.reproduced
+        stream.unreadable += part.unreadable
+        stream.ranked.extend(part.mismatches)
+        for config_hash, (rank, copies) in part.config_hashes.items():
+            stream.count(config_hash, rank, copies)
+        if unrecorded.intersection(part.unrecorded):
+            return None
+        unrecorded.update(part.unrecorded)
+        took = int.from_bytes(part.taken, "big")  # a byte per position: 1 taken, else 0
+        if taken & took:
+            return None
+        taken |= took
+    size = len(parts[0].taken) if parts else 0
+    none = set(parts[0].empty) if parts else set()
+    found = taken.to_bytes(size, "big")
+    orphans = []
+    at = found.find(0)
+    while at >= 0:
+        if at not in none:
+            orphans.append(at)
+        at = found.find(0, at + 1)
+    if orphans and not _orphans(stream, orphans, texts(), model):
+        return None
+    return stream
+
+
+def _orphans(stream: _Stream, positions: list[int], texts: Sequence[bytes], model: type[R]) -> bool:
+    """Records no worker took: parsed here (recorded, never re-derived). False: one of
+    them is not the record its text's start says."""
+    by_id: dict[str, list[tuple[int, R]]] = {}
+    for position in positions:
+        text = texts[position]
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            name = model.__name__.lower()
+            raise UnreadableLog(f"a recorded {name} is not UTF-8: {exc}") from None
+        try:
+            event = model.model_validate_json(text)
+        except ValidationError:
+            stream.unreadable += 1
+            continue
+        prefix = text_id(text)
+        if prefix is not None and prefix != event.id.encode("utf-8"):
+            return False
+        copies = by_id.setdefault(event.id, [])
+        if event not in [copy for _, copy in copies]:
+            copies.append((position, event))
+    for copies in by_id.values():
+        first = copies[0][0]
+        stream.recorded += len(copies)
+        for n, (_, event) in enumerate(copies):
+            stream.ranked.append(((0, first, n), mismatch("not_rederived", event)))
+            if isinstance(event, Decision):
+                stream.count(event.config_hash, (first, n))
+    return True
