@@ -11,12 +11,19 @@ delivered (:class:`agents.app.Publisher`), and its record, with every later one 
 partition, stays unacked until then, so a stop in between reads it again rather than
 losing it. A copy that reached the broker twice is one request: the router folds a
 source position once.
+
+A request naming a route (or preset) this worker's policy does not have is refused only
+after a read of the policy topic that began after ingest took it (shared by the requests
+taken meanwhile, :meth:`app.policy.log.PolicyFollower.catch_up`): a version proposed
+before the request was sent (``switchyard policy apply``) may add it. Ingest goes on
+meanwhile; the record's ack waits, in order, for what it became.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -28,7 +35,7 @@ from agents import replies
 from agents.app import app, deadletter_topic, requests_topic, routing_log, settings
 from app import metrics
 from app.contract import DeadLetter, LogPosition, RequestAccepted
-from app.ingest import accept, dead_letter, encode_accepted, refusal_reply
+from app.ingest import POLICY_REFUSALS, accept, dead_letter, encode_accepted, refusal_reply
 from app.policy.holder import policy_holder
 from app.telemetry import spans
 from app.worker.acks import InOrderAcks
@@ -91,13 +98,14 @@ async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> 
     """Forward one record to the routing log, or dead-letter it; the delivery of what was
     sent. Raises only for the broker."""
     raw = raw or b""
+    taken = time.monotonic()
 
     async def reject(letter: DeadLetter) -> asyncio.Future[Any]:
-        sent = await _publish_dead_letter(letter)
-        reply = refusal_reply(raw, letter, settings.max_request_bytes)
-        if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
-            replies.send_response(*reply)
-        return sent
+        if letter.reason in POLICY_REFUSALS:  # a newer policy version may know it
+            later = asyncio.ensure_future(_after_catch_up(raw, source, when, taken, letter))
+            _keep(later)
+            return later
+        return await _refuse(raw, letter)
 
     return await take_one(
         raw,
@@ -109,6 +117,35 @@ async def ingest_one(raw: bytes | None, source: LogPosition, when: datetime) -> 
         deadletter_max_bytes=settings.deadletter_max_bytes,
         what="record",
     )
+
+
+async def _refuse(raw: bytes, letter: DeadLetter) -> asyncio.Future[Any]:
+    """Dead-letter a record; a gateway waiting for it gets the refusal."""
+    sent = await _publish_dead_letter(letter)
+    reply = refusal_reply(raw, letter, settings.max_request_bytes)
+    if reply is not None:  # a gateway waits for it: the refusal, not the deadline's 504
+        replies.send_response(*reply)
+    return sent
+
+
+async def _after_catch_up(
+    raw: bytes, source: LogPosition, when: datetime, taken: float, letter: DeadLetter
+) -> Any:
+    """A record refused for a route or preset this worker's policy lacks, once the policy
+    topic was read after it was taken: accepted under the version that adds it, else
+    refused; the delivery of what was sent."""
+    result: RequestAccepted | DeadLetter = letter
+    try:
+        await policy_holder().follower().catch_up(taken)
+        result = _accept(raw, source, when)
+    except Exception as exc:  # the policy topic unread: the refusal stands
+        log.warning("record %s: policy topic not read (%s)", where(source), type(exc).__name__)
+    if not isinstance(result, DeadLetter):
+        sent = await _send_accepted(result, raw)
+        if not isinstance(sent, DeadLetter):
+            return await sent
+        result = sent
+    return await (await _refuse(raw, result))
 
 
 def _accept(raw: bytes, source: LogPosition, when: datetime) -> RequestAccepted | DeadLetter:

@@ -24,31 +24,26 @@ from faust import StreamT
 
 from agents.app import app, policy_topic, routing_log, settings
 from app.config.schema import ConfigError
-from app.contract import PolicyChanged, derived_id, ledger_key
+from app.contract import PolicyChanged, derived_id
 from app.policy.document import document_from_file
 from app.policy.holder import policy_holder
 from app.policy.log import PolicyFollower, Version, proposal, propose
 
 log = logging.getLogger(__name__)
-#: How often a worker looks for versions it has not folded itself (seconds).
-FOLLOW_INTERVAL_S = 5.0
-_follower: PolicyFollower | None = None
+#: How often a worker looks for versions it has not folded itself (seconds): what ingest
+#: applies (route aliases, presets, input rules) follows a new version within this, as the
+#: gateway's does (a route it does not know is looked up at once, app/policy/log.py).
+FOLLOW_INTERVAL_S = 1.0
 
 
 def follower() -> PolicyFollower:
     """This worker's follower, sharing the holder's book (the router folds with it)."""
-    global _follower
-    if _follower is None:
-        _follower = PolicyFollower(settings, book=policy_holder().book)
-    return _follower
+    return policy_holder().follower()
 
 
 def adopt(started: PolicyFollower) -> None:
     """Go on from where the worker's start read the topic (in another event loop)."""
-    global _follower
-    _follower = PolicyFollower(
-        settings, book=started.book, versions=started.versions, next_offset=started.next_offset
-    )
+    policy_holder().adopt(started)
 
 
 @app.agent(policy_topic)
@@ -62,12 +57,9 @@ async def relay(stream: StreamT[bytes]) -> None:
 
 
 async def _relay(version: Version) -> None:
-    previous = follower().previous(version)
-    routes = set(_routes(version))
-    if previous is not None:
-        routes |= set(_routes(previous))
+    routes = follower().relay_keys(version)
     sends = []
-    for route in sorted(routes):
+    for route in routes:
         change = PolicyChanged(
             id=derived_id("policy.changed", version.number, route),
             occurred_at=version.proposal.occurred_at,
@@ -80,15 +72,6 @@ async def _relay(version: Version) -> None:
         sends.append(await routing_log.send(key=route.encode(), value=change.model_dump_json()))
     await asyncio.gather(*sends)
     log.info("policy version %d relayed to %d route(s)", version.number, len(routes))
-
-
-def _routes(version: Version) -> list[str]:
-    """The routing-log keys a version is relayed to: its routes and its budgets' ledgers."""
-    policy = follower().book.get(version.number)
-    if policy is None:
-        return []
-    ledgers = [ledger_key(budget.key) for budget in policy.config.budgets]
-    return policy.config.route_names() + ledgers
 
 
 @app.timer(interval=FOLLOW_INTERVAL_S)  # type: ignore[untyped-decorator]

@@ -231,9 +231,13 @@ def accept(
     )
 
 
+#: Refusals a policy version newer than the one checked against may lift (a route or a
+#: preset it adds): ingest and the gateway read the policy topic again before they stand.
+POLICY_REFUSALS: Final = frozenset({"unknown_route", UNKNOWN_PRESET})
+
 #: Dead letters a gateway can have published: its own checks passed, the worker's did
 #: not (its policy a version behind or ahead of the worker's, a larger envelope).
-_REFUSALS_REPLIED: Final = frozenset({"unknown_route", UNKNOWN_PRESET, "oversized"})
+_REFUSALS_REPLIED: Final = POLICY_REFUSALS | {"oversized"}
 
 
 def refusal_reply(

@@ -8,7 +8,10 @@ file's: they never travel in the policy log.
 
 :meth:`Gateway.prepare` turns an HTTP body into a checked ``llm.requests`` record with
 ingest's own checks (``app.ingest.accept``), so a request ingest would dead-letter is
-answered 400/404/413 at once instead of being published; :meth:`Gateway.submit`
+answered 400/404/413 at once instead of being published (a route or preset the gateway's
+policy does not name is checked again, against the policy topic as it is when the request
+is sent, before it is refused: a version applied since the last poll may add it);
+:meth:`Gateway.submit`
 publishes it, keyed by request id, and waits for the reply on the gateway's partition;
 :meth:`Gateway.stream_items` does the same for a ``stream: true`` request and yields its
 deltas and answer as they come (app/gateway/relay.py turns them into chunks).
@@ -20,10 +23,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -36,7 +41,7 @@ from app.gateway.lookup import ResponseLookup
 from app.gateway.resume import follow, not_found, owns
 from app.gateway.translate import request_event
 from app.gateway.waiter import ReplyWaiter
-from app.ingest import accept
+from app.ingest import POLICY_REFUSALS, accept
 from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security
 from app.policy.log import PolicyFollower
 from app.settings import Settings
@@ -56,10 +61,22 @@ Sent = Callable[[LogPosition], None]
 
 
 @dataclass(frozen=True)
+class Recheck:
+    """A request refused for a route or preset the gateway's policy does not name: checked
+    again once the policy topic was read after ``since`` (``time.monotonic()``)."""
+
+    since: float
+    #: The check again: the request prepared, or the refusal raised.
+    check: Callable[[], Prepared]
+
+
+@dataclass(frozen=True)
 class Prepared:
     request_id: str
     route: str
     value: bytes
+    #: Not checked yet against the policy topic as it is now (see :class:`Recheck`).
+    recheck: Recheck | None = None
 
 
 def event_request_id(key: GatewayKey, asked: str | None) -> str:
@@ -137,14 +154,31 @@ class Gateway:
                 log.warning("policy topic not read: %s", type(exc).__name__)
 
     async def _adopt_new_versions(self) -> None:
-        if await self._policy.refresh():
-            latest = self._policy.book.latest()
-            assert latest is not None
-            # Keys stay the gateway's own (its providers file): they never travel in
-            # the policy log.
-            keys = self.config.gateway_keys
-            self.config = latest.config.model_copy(update={"gateway_keys": keys})
-            self.policy_version = self._policy.book.latest_version()
+        await self._policy.refresh()
+        self._use_latest()
+
+    def _use_latest(self) -> None:
+        latest = self._policy.book.latest()
+        if latest is None or latest.version == self.policy_version:
+            return
+        # Keys stay the gateway's own (its providers file): they never travel in the
+        # policy log.
+        keys = self.config.gateway_keys
+        self.config = latest.config.model_copy(update={"gateway_keys": keys})
+        self.policy_version = latest.version
+
+    async def _confirmed(self, prepared: Prepared) -> Prepared:
+        """``prepared`` checked against every version proposed before it was prepared: a
+        read of the policy topic that began after it (shared, ``PolicyFollower.catch_up``),
+        then the check again (its refusal raised)."""
+        if prepared.recheck is None:
+            return prepared
+        try:
+            await self._policy.catch_up(prepared.recheck.since)
+            self._use_latest()
+        except Exception as exc:  # the broker's trouble: the version in force stays
+            log.warning("policy topic not read: %s", type(exc).__name__)
+        return prepared.recheck.check()
 
     @property
     def ready(self) -> bool:
@@ -173,6 +207,11 @@ class Gateway:
             value = json.dumps(event, separators=(",", ":"), allow_nan=False).encode()
         except ValueError:  # NaN/Infinity in the body
             raise invalid("a number is not valid JSON (NaN or Infinity)", "bad_number") from None
+        return self._checked(request_id, value, key, recheck=True)
+
+    def _checked(self, request_id: str, value: bytes, key: GatewayKey, recheck: bool) -> Prepared:
+        """The record checked as ingest will check it (``recheck``: a refusal a newer
+        policy version may lift is left to :meth:`_confirmed`)."""
         result = accept(
             value,
             LogPosition(topic=self.settings.topics.requests, partition=0, offset=0),
@@ -184,6 +223,9 @@ class Gateway:
             max_int_digits=self.settings.max_int_digits,
         )
         if isinstance(result, DeadLetter):
+            if recheck and result.reason in POLICY_REFUSALS:
+                again = partial(self._checked, request_id, value, key, False)
+                return Prepared(request_id, "", value, Recheck(time.monotonic(), again))
             raise from_dead_letter(result.reason, result.detail)
         check_route(key, result.route)
         return Prepared(request_id, result.route, value)
@@ -240,7 +282,9 @@ class Gateway:
             self.waiter.forget(prepared.request_id)
 
     async def _send(self, prepared: Prepared) -> LogPosition:
-        """Publish the request's record; where the broker put it."""
+        """Publish the request's record (confirmed first, see :meth:`_confirmed`); where
+        the broker put it."""
+        prepared = await self._confirmed(prepared)
         try:
             key = prepared.request_id.encode()
             sent = await self._producer.send_and_wait(

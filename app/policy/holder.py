@@ -5,7 +5,8 @@ it is the providers file, read once. A worker's :class:`PolicyHolder` then holds
 the :class:`~app.routing.book.PolicyBook` of every version: the router folds each
 route with the version its state names (the same book), and the rest of the
 worker (ingest, executors, ticks, judges) uses the newest, with this worker's own
-literal API keys filled in.
+literal API keys filled in. Its :meth:`PolicyHolder.follower` reads the policy topic into
+that book (the relay, the worker's timer, ingest's catch-up before it refuses a route).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import lru_cache
 from app.config.schema import ProviderConfig, RoutingConfig
 from app.policy.document import with_local_keys
 from app.policy.files import load_config
+from app.policy.log import PolicyFollower
 from app.routing.book import PolicyBook
 from app.routing.policy import Policy
 from app.settings import get_settings
@@ -26,6 +28,24 @@ class PolicyHolder:
         self._file: Policy | None = None
         self.book = PolicyBook(env=os.environ)  # this worker's API keys
         self._keyed: dict[int, Policy] = {}
+        self._follower: PolicyFollower | None = None
+
+    def follower(self) -> PolicyFollower:
+        """This process's follower of the policy topic, reading into :attr:`book`."""
+        if self._follower is None:
+            self._follower = PolicyFollower(get_settings(), book=self.book)
+        return self._follower
+
+    def adopt(self, started: PolicyFollower) -> None:
+        """Follow on from where ``started`` read the topic (a worker's start, in another
+        event loop: the new follower's lock is this loop's)."""
+        self._follower = PolicyFollower(
+            started.settings,
+            book=self.book,
+            versions=list(started.versions),
+            next_offset=started.next_offset,
+            read_since=started.read_since,
+        )
 
     @property
     def current(self) -> Policy:
