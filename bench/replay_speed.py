@@ -274,3 +274,7 @@ def parallel(log: RecordedLog, policy: Policy, jobs: int, rounds: int) -> None:
         f"{cold.wall:.3f} s ({a.wall / cold.wall:.2f}x), cpu parent {cold.cpu:.3f} s "
         f"+ workers {cold_workers:.3f} s"
     )
+
+
+if __name__ == "__main__":
+    main()
