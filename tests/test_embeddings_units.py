@@ -443,6 +443,36 @@ async def test_calls_to_the_simulated_providers() -> None:
             assert wrong.status_class is StatusClass.AUTH_ERROR and wrong.http_status == 404
 
 
+# --------------------------------------------------------------------------- tracing
+
+
+def test_the_provider_call_span_is_an_embeddings_one() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.execution.outcome import CallResult
+    from app.telemetry import spans, state
+
+    config = _config()
+    (dispatch,) = fold([_embeddings(config, "secret text")], Policy(config, params())).dispatches
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    state.use(provider)
+    try:
+        with spans.provider_call(dispatch, "https://api.example.com/v1", False) as call:
+            call.ended(CallResult(StatusClass.SUCCESS, 200, 5.0, tokens_in=2))
+    finally:
+        state.use(None)
+    (span,) = memory.get_finished_spans()
+    assert span.name == "embeddings text-embedding-3-small"
+    attributes = dict(span.attributes or {})
+    assert attributes["gen_ai.operation.name"] == "embeddings"
+    assert attributes["gen_ai.usage.input_tokens"] == 2
+    assert "secret text" not in span.to_json()
+
+
 # --------------------------------------------------------------------------- the export
 
 

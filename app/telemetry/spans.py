@@ -5,8 +5,9 @@
   forwarded to the routing log carrying it, so every later span joins that trace.
 * ``route {route}`` (INTERNAL), one per decision, child of the request's ``traceparent``:
   the fold that decided, its rule, strategy, how many candidates and exclusions.
-* ``chat {model}`` (CLIENT), one per provider call, child of the request's
-  ``traceparent``, with the GenAI semantic conventions' attributes.
+* ``chat {model}`` (CLIENT; ``embeddings {model}`` for an embeddings request), one per
+  provider call, child of the request's ``traceparent``, with the GenAI semantic
+  conventions' attributes.
 
 The routing and provider-call spans are siblings under the request's span, not parent
 and child: the dispatch record between them is the fold's own output, and carrying a
@@ -61,6 +62,7 @@ STATUS_CLASS = "switchyard.status_class"
 COST_USD = "switchyard.cost_usd"
 
 CHAT = gen_ai.GenAiOperationNameValues.CHAT.value
+EMBEDDINGS = gen_ai.GenAiOperationNameValues.EMBEDDINGS.value
 
 
 def parent_of(request: ChatRequest) -> Context | None:
@@ -187,8 +189,9 @@ def provider_call(dispatch: Dispatch, base_url: str, stream: bool) -> ProviderCa
     if tracer is None:
         return _OFF
     decision, request = dispatch.decision, dispatch.accepted.request
+    operation = EMBEDDINGS if request.is_embeddings else CHAT
     attributes: dict[str, Any] = {
-        gen_ai.GEN_AI_OPERATION_NAME: CHAT,
+        gen_ai.GEN_AI_OPERATION_NAME: operation,
         gen_ai.GEN_AI_PROVIDER_NAME: decision.provider,
         # The name before gen_ai.provider.name (semantic conventions 1.36 and older),
         # which many backends still read.
@@ -207,7 +210,7 @@ def provider_call(dispatch: Dispatch, base_url: str, stream: bool) -> ProviderCa
         attributes[gen_ai.GEN_AI_REQUEST_TEMPERATURE] = request.temperature
     attributes.update(_server(base_url))
     span = tracer.start_span(
-        f"{CHAT} {decision.model}", parent_of(request), SpanKind.CLIENT, attributes
+        f"{operation} {decision.model}", parent_of(request), SpanKind.CLIENT, attributes
     )
     return ProviderCall(span)
 
