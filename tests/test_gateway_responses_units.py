@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from gateway_factories import stream_delta
 
 from app.contract import ErrorBody, LogPosition, Response, StreamDelta
 from app.gateway.errors import GatewayError
@@ -29,22 +30,6 @@ CALL = {
     "type": "function",
     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
 }
-
-
-def _delta(
-    seq: int, content: str = "", call: str = "c1", attempt: int = 1, **kw: Any
-) -> StreamDelta:
-    return StreamDelta(
-        id=f"{call}-{seq}",
-        occurred_at=WHEN,
-        request_id=RID,
-        attempt=attempt,
-        call_id=call,
-        seq=seq,
-        deployment="prov:model-x",
-        content=content,
-        **kw,
-    )
 
 
 def _answer(content: str | None, finish: str = "stop", **message: Any) -> Response:
@@ -384,8 +369,8 @@ END_EVENTS = [
 def test_a_stream_is_the_responses_events_in_order_numbered() -> None:
     events = _run(
         [
-            _delta(0, "Hello"),
-            _delta(1, " world", end="ok", finish_reason="stop", usage={"total_tokens": 9}),
+            stream_delta(0, "Hello"),
+            stream_delta(1, " world", end="ok", finish_reason="stop", usage={"total_tokens": 9}),
         ]
     )
     kinds = [e["type"] for e in events]
@@ -404,11 +389,11 @@ def test_a_stream_is_the_responses_events_in_order_numbered() -> None:
 def test_a_mid_stream_failover_reads_as_one_answer() -> None:
     events = _run(
         [
-            _delta(0, "Hello"),
-            _delta(1, " wo"),
-            _delta(2, end="failed", error="bad_response: broken"),
-            _delta(0, "rld", attempt=2, call="c2", offset=8),
-            _delta(1, "!", attempt=2, call="c2", end="ok", finish_reason="stop"),
+            stream_delta(0, "Hello"),
+            stream_delta(1, " wo"),
+            stream_delta(2, end="failed", error="bad_response: broken"),
+            stream_delta(0, "rld", attempt=2, call="c2", offset=8),
+            stream_delta(1, "!", attempt=2, call="c2", end="ok", finish_reason="stop"),
         ]
     )
     assert _text(events) == "Hello world!"
@@ -422,8 +407,8 @@ def test_a_stream_of_tool_calls_is_function_call_items() -> None:
     rest = {"index": 0, "function": {"arguments": 'ty": "Paris"}'}}
     events = _run(
         [
-            _delta(0, tool_calls=[first]),
-            _delta(1, tool_calls=[rest], end="ok", finish_reason="tool_calls"),
+            stream_delta(0, tool_calls=[first]),
+            stream_delta(1, tool_calls=[rest], end="ok", finish_reason="tool_calls"),
         ]
     )
     kinds = [e["type"] for e in events]
@@ -444,7 +429,7 @@ def test_a_stream_of_tool_calls_is_function_call_items() -> None:
 
 def test_a_whole_answer_streams_as_its_deltas_would() -> None:
     whole = _run([_answer("Hello world")])
-    deltas = _run([_delta(0, "Hello world", end="ok", finish_reason="stop")])
+    deltas = _run([stream_delta(0, "Hello world", end="ok", finish_reason="stop")])
     assert [e["type"] for e in whole] == [e["type"] for e in deltas]
     assert _text(whole) == "Hello world"
     body = objects.response_object(_record(), _answer("Hello world"), "resp_acme.r1_0_7")
@@ -458,8 +443,8 @@ def test_a_whole_answer_streams_as_its_deltas_would() -> None:
 def test_a_stream_that_breaks_for_good_ends_with_error_and_failed() -> None:
     events = _run(
         [
-            _delta(0, tool_calls=[{"index": 0, "id": "c", "function": {"name": "f"}}]),
-            _delta(1, end="failed", error="bad_response: broken"),
+            stream_delta(0, tool_calls=[{"index": 0, "id": "c", "function": {"name": "f"}}]),
+            stream_delta(1, end="failed", error="bad_response: broken"),
         ]
     )
     assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
@@ -469,7 +454,7 @@ def test_a_stream_that_breaks_for_good_ends_with_error_and_failed() -> None:
 
 
 def test_a_length_finish_is_an_incomplete_response() -> None:
-    events = _run([_delta(0, "Hel", end="ok", finish_reason="length")])
+    events = _run([stream_delta(0, "Hel", end="ok", finish_reason="length")])
     assert events[-1]["type"] == "response.incomplete"
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     assert events[-2]["item"]["status"] == "incomplete"

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from gateway_factories import stream_delta
 
 from app.config.schema import GatewayKey
 from app.contract import Response, StreamDelta
@@ -17,22 +18,6 @@ from app.gateway.relay import STREAM_INTERRUPTED, Relay
 from app.gateway.resume import asked_id, deltas_partition, last_event_id, owns
 
 WHEN = datetime(2025, 1, 1, tzinfo=UTC)
-
-
-def _delta(
-    seq: int, content: str = "", call: str = "c1", attempt: int = 1, **kw: Any
-) -> StreamDelta:
-    return StreamDelta(
-        id=f"{call}-{seq}",
-        occurred_at=WHEN,
-        request_id="acme.r1",
-        attempt=attempt,
-        call_id=call,
-        seq=seq,
-        deployment="prov:model-x",
-        content=content,
-        **kw,
-    )
 
 
 def _response(content: str, attempts: int = 1, **message: Any) -> Response:
@@ -69,11 +54,11 @@ def _text(events: list[tuple[int, Any]]) -> str:
 
 #: A stream broken after "Hello wo" and continued by attempt 2 (mid-stream failover).
 FAILOVER = [
-    _delta(0, "Hello"),
-    _delta(1, " wo"),
-    _delta(2, end="failed", error="bad_response: broken"),
-    _delta(0, "rld, ", attempt=2, call="c2", offset=8),
-    _delta(
+    stream_delta(0, "Hello"),
+    stream_delta(1, " wo"),
+    stream_delta(2, end="failed", error="bad_response: broken"),
+    stream_delta(0, "rld, ", attempt=2, call="c2", offset=8),
+    stream_delta(
         1,
         "how are you?",
         attempt=2,
@@ -130,7 +115,9 @@ def test_an_id_beyond_the_answer_is_refused() -> None:
 
 def test_a_stream_with_a_tool_call_is_not_resumed_as_text() -> None:
     call = {"index": 0, "id": "t", "function": {"name": "f", "arguments": "{}"}}
-    events = _run(Relay("acme.r1", False, 1, resume_after=2), [_delta(0, "Hi", tool_calls=[call])])
+    events = _run(
+        Relay("acme.r1", False, 1, resume_after=2), [stream_delta(0, "Hi", tool_calls=[call])]
+    )
     assert events[-1][1]["error"]["code"] == STREAM_INTERRUPTED
     step = Relay("acme.r1", False, 1, resume_after=0).take(_response("", tool_calls=[call]))
     assert step.error is not None and step.error.status == 409

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from factories import accepted, fold, policy
 from factories import provider as make_provider
+from gateway_factories import stream_delta
 
 from app.audit.streams import answer_of, reassemble
 from app.config.schema import ProviderConfig
@@ -108,22 +109,6 @@ async def test_a_surrogate_half_waits_for_its_other_half() -> None:
 # --------------------------------------------------------------------------- relay
 
 
-def _delta(
-    seq: int, content: str = "", call: str = "c1", attempt: int = 1, **kw: Any
-) -> StreamDelta:
-    return StreamDelta(
-        id=f"{call}-{seq}",
-        occurred_at=datetime(2025, 1, 1, tzinfo=UTC),
-        request_id="acme.r1",
-        attempt=attempt,
-        call_id=call,
-        seq=seq,
-        deployment="prov:model-x",
-        content=content,
-        **kw,
-    )
-
-
 def _response(content: str, attempts: int = 1, status: str = "ok") -> Response:
     completion = {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
@@ -154,17 +139,19 @@ def _events(frames: list[bytes]) -> list[Any]:
 
 def test_the_relay_commits_to_the_first_call_and_forwards_its_deltas_only() -> None:
     relay = Relay("acme.r1", include_usage=True, created=1)
-    assert relay.take(_delta(1, "late", call="c0")).frames == []  # not a call's start
-    start = relay.take(_delta(0, "Hel"))
+    assert relay.take(stream_delta(1, "late", call="c0")).frames == []  # not a call's start
+    start = relay.take(stream_delta(0, "Hel"))
     assert start.headers is not None and start.headers["x-switchyard-attempts"] == "1"
     chunks = _events(start.frames)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert (
         chunks[1]["choices"][0]["delta"] == {"content": "Hel"} and chunks[1]["model"] == "model-x"
     )
-    assert relay.take(_delta(0, "other", call="c2")).frames == []  # the same attempt re-made
-    assert relay.take(_delta(0, "Hel")).frames == []  # a copy
-    end = relay.take(_delta(1, "lo", end="ok", finish_reason="stop", usage={"total_tokens": 4}))
+    assert relay.take(stream_delta(0, "other", call="c2")).frames == []  # the same attempt re-made
+    assert relay.take(stream_delta(0, "Hel")).frames == []  # a copy
+    end = relay.take(
+        stream_delta(1, "lo", end="ok", finish_reason="stop", usage={"total_tokens": 4})
+    )
     events = _events(end.frames)
     assert events[0]["choices"][0]["delta"] == {"content": "lo"}
     assert events[1]["choices"][0]["finish_reason"] == "stop"
@@ -176,37 +163,41 @@ def test_a_broken_stream_goes_on_with_the_call_that_continues_it() -> None:
     """Mid-stream failover: after the committed call's ``failed`` end, a later attempt's
     call whose first delta starts where the text sent ends is followed; others are not."""
     relay = Relay("acme.r1", include_usage=False, created=1)
-    relay.take(_delta(0, "Hello"))
-    assert relay.take(_delta(1, end="failed", error="bad_response: stream broken")).frames == []
+    relay.take(stream_delta(0, "Hello"))
+    assert (
+        relay.take(stream_delta(1, end="failed", error="bad_response: stream broken")).frames == []
+    )
     assert not relay.done
-    assert relay.take(_delta(0, "Hello world", attempt=2, call="c8")).frames == []  # offset 0
-    assert relay.take(_delta(0, "x", attempt=2, call="c7", offset=3)).frames == []  # wrong offset
-    going_on = relay.take(_delta(0, " wor", attempt=2, call="c9", offset=5))
+    assert relay.take(stream_delta(0, "Hello world", attempt=2, call="c8")).frames == []  # offset 0
+    assert (
+        relay.take(stream_delta(0, "x", attempt=2, call="c7", offset=3)).frames == []
+    )  # wrong offset
+    going_on = relay.take(stream_delta(0, " wor", attempt=2, call="c9", offset=5))
     assert going_on.headers is None  # the same stream, headers long sent
     (chunk,) = _events(going_on.frames)
     assert chunk["choices"][0]["delta"] == {"content": " wor"}
-    assert relay.take(_delta(0, "copy", attempt=3, call="cA", offset=9)).frames == []
-    end = _events(relay.take(_delta(1, "ld", attempt=2, call="c9", end="ok")).frames)
+    assert relay.take(stream_delta(0, "copy", attempt=3, call="cA", offset=9)).frames == []
+    end = _events(relay.take(stream_delta(1, "ld", attempt=2, call="c9", end="ok")).frames)
     assert end[0]["choices"][0]["delta"] == {"content": "ld"} and end[-1] == "[DONE]"
 
 
 def test_a_broken_stream_that_nothing_continues_ends_with_an_error_event() -> None:
     relay = Relay("acme.r1", include_usage=False, created=1)
-    relay.take(_delta(0, "partial"))
-    relay.take(_delta(1, end="failed", error="bad_response: stream broken"))
+    relay.take(stream_delta(0, "partial"))
+    relay.take(stream_delta(1, end="failed", error="bad_response: stream broken"))
     (event,) = _events(relay.take(_response("another answer", attempts=2)).frames)
     assert event["error"]["code"] == STREAM_INTERRUPTED
     assert "/v1/switchyard/requests/acme.r1" in event["error"]["message"]
     assert "does not go on" in event["error"]["message"]
     assert relay.done
     rescued = Relay("acme.r1", include_usage=False, created=1)
-    rescued.take(_delta(0, "Hello"))
-    rescued.take(_delta(1, end="failed", error="bad_response: stream broken"))
+    rescued.take(stream_delta(0, "Hello"))
+    rescued.take(stream_delta(1, end="failed", error="bad_response: stream broken"))
     events = _events(rescued.take(_response("Hello world", attempts=2)).frames)
     assert events[0]["choices"][0]["delta"] == {"content": " world"}  # it does go on
     tools = Relay("acme.r1", include_usage=False, created=1)
-    tools.take(_delta(0, tool_calls=[{"index": 0, "id": "t", "function": {"name": "f"}}]))
-    (event,) = _events(tools.take(_delta(1, end="failed", error="broken")).frames)
+    tools.take(stream_delta(0, tool_calls=[{"index": 0, "id": "t", "function": {"name": "f"}}]))
+    (event,) = _events(tools.take(stream_delta(1, end="failed", error="broken")).frames)
     assert event["error"]["code"] == STREAM_INTERRUPTED  # a tool call is not text to go on from
 
 
@@ -225,12 +216,12 @@ def test_an_answer_before_any_delta_is_the_whole_answer_or_an_http_error() -> No
 
 def test_an_answer_overtaking_the_end_finishes_the_stream_it_continues() -> None:
     relay = Relay("acme.r1", include_usage=False, created=1)
-    relay.take(_delta(0, "Hello"))
+    relay.take(stream_delta(0, "Hello"))
     events = _events(relay.take(_response("Hello world")).frames)
     assert events[0]["choices"][0]["delta"] == {"content": " world"}
     assert events[-1] == "[DONE]"
     other = Relay("acme.r1", include_usage=False, created=1)
-    other.take(_delta(0, "Bonjour"))
+    other.take(stream_delta(0, "Bonjour"))
     (event,) = _events(other.take(_response("Hello world", attempts=2)).frames)
     assert event["error"]["code"] == STREAM_INTERRUPTED  # another attempt's answer
 
@@ -241,7 +232,7 @@ def test_no_answer_in_time() -> None:
     assert error.headers()["x-should-retry"] == "true" and error.headers()["Retry-After"] == "1"
     assert "/v1/switchyard/requests/r" in error.message  # where the answer may yet be found
     started = Relay("r", False, 1)
-    started.take(_delta(0, "x"))
+    started.take(stream_delta(0, "x"))
     assert _events(started.timed_out(135.0).frames)[0]["error"]["code"] == STREAM_INTERRUPTED
 
 
@@ -250,12 +241,12 @@ def test_no_answer_in_time() -> None:
 
 def test_streams_are_reassembled_by_call_with_gaps_and_copies() -> None:
     deltas = [
-        _delta(0, "Par", call="a1"),
-        _delta(1, "tial", call="a1", end="failed", error="bad_response"),
-        _delta(0, "Whole ", call="b1", attempt=2),
-        _delta(0, "Whole ", call="b1", attempt=2),  # a copy
-        _delta(2, "answer", call="b1", attempt=2, end="ok", finish_reason="stop"),
-        _delta(0, "orphan", call="c1", attempt=2),
+        stream_delta(0, "Par", call="a1"),
+        stream_delta(1, "tial", call="a1", end="failed", error="bad_response"),
+        stream_delta(0, "Whole ", call="b1", attempt=2),
+        stream_delta(0, "Whole ", call="b1", attempt=2),  # a copy
+        stream_delta(2, "answer", call="b1", attempt=2, end="ok", finish_reason="stop"),
+        stream_delta(0, "orphan", call="c1", attempt=2),
     ]
     streams = reassemble(deltas)
     by_call = {s.call_id: s for s in streams}
