@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig, deployment_id
@@ -165,6 +166,69 @@ def _partition_of(request_id: str) -> int:
     return int(hashlib.sha256(request_id.encode()).hexdigest()[:6], 16)
 
 
+# --------------------------------------------------------------------------- a dispatch
+
+
+def accepted_request(
+    request: ChatRequest, when: datetime, *, prompt_chars: int, offset: int
+) -> RequestAccepted:
+    """``request`` accepted on the route at ``when`` from offset ``offset`` of
+    ``llm.requests`` partition 0 (a prompt hash of zeros)."""
+    return RequestAccepted(
+        id=derived_id("accepted", request.request_id),
+        occurred_at=when,
+        request=request,
+        route=ROUTE,
+        prompt_sha256="0" * 64,
+        prompt_chars=prompt_chars,
+        source=LogPosition(topic="llm.requests", partition=0, offset=offset),
+    )
+
+
+def decision_for(
+    request_id: str, deployment: str, when: datetime, *, attempt: int = 1, **fields: Any
+) -> Decision:
+    """A ``ucb1`` decision of ``deployment`` without candidates (``fields`` override)."""
+    provider_id, _, model = deployment.partition(":")
+    values: dict[str, Any] = {
+        "id": derived_id("decision", request_id, attempt),
+        "occurred_at": when,
+        "request_id": request_id,
+        "attempt": attempt,
+        "route": ROUTE,
+        "deployment": deployment,
+        "provider": provider_id,
+        "model": model,
+        "strategy": "ucb1",
+        "algorithm_version": "1",
+        "candidates": [],
+        "excluded": [],
+        "config_hash": "abc",
+        "propensity": 1.0,
+        "prompt_sha256": "0" * 64,
+    }
+    return Decision(**{**values, **fields})
+
+
+def dispatch_for(
+    accepted: RequestAccepted,
+    decision: Decision,
+    when: datetime,
+    *,
+    max_attempts: int = 3,
+    **fields: Any,
+) -> Dispatch:
+    """The dispatch of ``decision`` (``fields``: its timeout, deadline, ...)."""
+    return Dispatch(
+        id=derived_id("dispatch", decision.request_id, decision.attempt),
+        occurred_at=when,
+        decision=decision,
+        accepted=accepted,
+        max_attempts=max_attempts,
+        **fields,
+    )
+
+
 #: Typical HTTP status of each class (None where there is no response).
 HTTP_STATUS: dict[StatusClass, int | None] = {
     StatusClass.SUCCESS: 200,
@@ -288,6 +352,24 @@ def fold(
         result.state = step.state
         position += 1
     return result
+
+
+def failed_first(
+    pol: Policy, request: RequestAccepted, t: float, status: StatusClass, **update: Any
+) -> tuple[Folded, Outcome, Folded]:
+    """``request`` folded, then its first attempt failing at ``t`` with ``status``,
+    retriable and not final (``update``: more fields of the outcome): the fold of the
+    request, the outcome and the fold of its attempt's end."""
+    first = fold([request], pol)
+    failed = outcome(
+        request.request.request_id,
+        first.decisions[0].deployment,
+        t,
+        status=status,
+        retriable=True,
+        final=False,
+    ).model_copy(update=update)
+    return first, failed, fold([finished(failed, retry=request)], pol, first)
 
 
 # --------------------------------------------------------------------------- three-arm route

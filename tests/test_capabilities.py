@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from factories import T0, accepted, finished, fold, outcome, policy, provider
+from factories import T0, accepted, failed_first, fold, outcome, policy, provider
 
 from app.config.schema import parse_config
 from app.contract import ChatMessage, ChatRequest, RequestAccepted, StatusClass
@@ -121,12 +121,9 @@ def test_a_context_length_refusal_teaches_the_deployment_its_window() -> None:
     (others still do), and smaller ones still go to it."""
     pol = policy(provider("a"), provider("b"))
     big = _request("w1", "x" * 40_000)
-    first = fold([big], pol)
-    one = first.decisions[0].deployment
-    refused = outcome(
-        "w1", one, T0 + 1, status=StatusClass.CLIENT_ERROR, retriable=True, final=False
-    ).model_copy(update={"error": "context_length_exceeded: HTTP 400 (context_length_exceeded)"})
-    moved = fold([finished(refused, retry=big)], pol, first)
+    error = "context_length_exceeded: HTTP 400 (context_length_exceeded)"
+    _, refused, moved = failed_first(pol, big, T0 + 1, StatusClass.CLIENT_ERROR, error=error)
+    one = refused.deployment
     assert moved.state.arm(one).refused_tokens == 10_000
     answered = apply_outcome(moved.state.arm(one), outcome("w0", one, T0 + 2), T0 + 2, pol)
     assert answered.refused_tokens == 10_000  # kept by every later outcome

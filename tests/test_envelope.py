@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from factories import accepted_request, decision_for, dispatch_for
 
 from app.config.schema import ModelSpec, ProviderConfig, parse_config
 from app.contract import (
@@ -27,7 +28,6 @@ from app.contract import (
     LogPosition,
     RequestAccepted,
     StatusClass,
-    derived_id,
 )
 from app.execution.call import CallResult
 from app.execution.envelope import RESPONSE_TOO_LARGE, seal
@@ -47,17 +47,11 @@ PROVIDER = ProviderConfig(
 
 
 def decision(request_id: str, candidates: int) -> Decision:
-    return Decision(
-        id=derived_id("decision", request_id, 1),
-        occurred_at=NOW,
-        request_id=request_id,
-        attempt=1,
-        route="chat",
-        deployment="openai-x:m",
-        provider="openai-x",
-        model="m",
+    return decision_for(
+        request_id,
+        "openai-x:m",
+        NOW,
         strategy="adaptive",
-        algorithm_version="1",
         candidates=[
             Candidate(
                 deployment=f"provider-number-{i}:some-long-model-name-{i}",
@@ -69,21 +63,16 @@ def decision(request_id: str, candidates: int) -> Decision:
         excluded=[Exclusion(deployment=f"excluded-{i}:m", reason="open") for i in range(20)],
         config_hash="abc" * 20,
         state_version=123456,
-        propensity=1.0,
-        prompt_sha256="0" * 64,
         prompt_chars=999_000,
     )
 
 
 def dispatch_of(accepted: RequestAccepted, candidates: int = 1) -> Dispatch:
-    request_id = accepted.request.request_id
-    return Dispatch(
-        id=derived_id("dispatch", request_id, 1),
-        occurred_at=NOW,
-        decision=decision(request_id, candidates),
-        accepted=accepted,
+    return dispatch_for(
+        accepted,
+        decision(accepted.request.request_id, candidates),
+        NOW,
         timeout_s=30.0,
-        max_attempts=3,
         deadline=NOW.timestamp() + 120,
         tried=[f"provider-number-{i}:some-long-model-name-{i}" for i in range(2)],
     )
@@ -147,15 +136,7 @@ def test_the_largest_request_fits_in_every_envelope_it_travels_in() -> None:
 
 def small_dispatch(min_confidence: float | None = None) -> Dispatch:
     request = ChatRequest(request_id="e1", messages=[ChatMessage(role="user", content="hi")])
-    accepted = RequestAccepted(
-        id=derived_id("accepted", "e1"),
-        occurred_at=NOW,
-        request=request,
-        route="chat",
-        prompt_sha256="0" * 64,
-        prompt_chars=2,
-        source=LogPosition(topic="llm.requests", partition=0, offset=1),
-    )
+    accepted = accepted_request(request, NOW, prompt_chars=2, offset=1)
     return dispatch_of(accepted).model_copy(update={"min_confidence": min_confidence})
 
 

@@ -16,19 +16,11 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
+from factories import accepted_request, decision_for, dispatch_for
 
 import agents.executor as executor
 from app.config.schema import ModelSpec, ProviderConfig
-from app.contract import (
-    ChatMessage,
-    ChatRequest,
-    Decision,
-    Dispatch,
-    LogPosition,
-    RequestAccepted,
-    StatusClass,
-    derived_id,
-)
+from app.contract import ChatMessage, ChatRequest, Dispatch, StatusClass
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 calls: list[httpx.Request] = []
@@ -63,43 +55,10 @@ def provider(stream: bool = False, path: str = "", ttft_ms: int | None = None) -
 
 def dispatch(*, timeout_s: float, deadline_in_s: float) -> Dispatch:
     request = ChatRequest(request_id="b1", messages=[ChatMessage(role="user", content="hi")])
-    accepted = RequestAccepted(
-        id=derived_id("accepted", "b1"),
-        occurred_at=NOW,
-        request=request,
-        route="chat",
-        prompt_sha256="0" * 64,
-        prompt_chars=2,
-        source=LogPosition(topic="llm.requests", partition=0, offset=1),
-    )
-    decision = Decision(
-        id=derived_id("decision", "b1", 1),
-        occurred_at=NOW,
-        request_id="b1",
-        attempt=1,
-        route="chat",
-        deployment="openai-x:m",
-        provider="openai-x",
-        model="m",
-        strategy="ucb1",
-        algorithm_version="1",
-        candidates=[],
-        excluded=[],
-        config_hash="abc",
-        state_version=1,
-        propensity=1.0,
-        prompt_sha256="0" * 64,
-        prompt_chars=2,
-    )
-    return Dispatch(
-        id=derived_id("dispatch", "b1", 1),
-        occurred_at=NOW,
-        decision=decision,
-        accepted=accepted,
-        timeout_s=timeout_s,
-        max_attempts=3,
-        deadline=time.time() + deadline_in_s,
-    )
+    accepted = accepted_request(request, NOW, prompt_chars=2, offset=1)
+    decision = decision_for("b1", "openai-x:m", NOW, state_version=1, prompt_chars=2)
+    deadline = time.time() + deadline_in_s
+    return dispatch_for(accepted, decision, NOW, timeout_s=timeout_s, deadline=deadline)
 
 
 @pytest.mark.parametrize("stream", [False, True])

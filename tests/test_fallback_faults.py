@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from factories import ROUTE, T0, accepted, finished, fold, outcome, policy, provider
+from factories import ROUTE, T0, accepted, failed_first, finished, fold, outcome, policy, provider
 from log_harness import Log, tick
 from test_dynamic_fold import dynamic_policy, request
 
@@ -54,11 +54,7 @@ def test_an_open_breaker_sends_the_request_to_its_fallback_model_at_once() -> No
 def test_a_429_with_retry_after_retries_the_only_deployment_after_it() -> None:
     pol = policy(provider("a"))
     request = accepted("q-1", T0)
-    first = fold([request], pol)
-    limited = outcome(
-        "q-1", A, T0 + 1, status=StatusClass.RATE_LIMITED, retriable=True, final=False
-    ).model_copy(update={"retry_after_s": 2.0})
-    waiting = fold([finished(limited, retry=request)], pol, first)
+    *_, waiting = failed_first(pol, request, T0 + 1, StatusClass.RATE_LIMITED, retry_after_s=2.0)
     assert waiting.dispatches == [] and waiting.responses == []
     (parked,) = waiting.state.parked.values()
     assert parked.retry_at >= T0 + 3.0 and parked.again == [A]
@@ -75,10 +71,7 @@ def test_a_429_with_retry_after_retries_the_only_deployment_after_it() -> None:
 
 def test_a_single_500_retries_the_only_deployment_after_the_backoff() -> None:
     pol = policy(provider("a"))
-    request = accepted("q-2", T0)
-    first = fold([request], pol)
-    failed = outcome("q-2", A, T0 + 1, status=StatusClass.SERVER_ERROR, retriable=True, final=False)
-    again = fold([finished(failed, retry=request)], pol, first)
+    *_, again = failed_first(pol, accepted("q-2", T0), T0 + 1, StatusClass.SERVER_ERROR)
     (dispatch,) = again.dispatches
     assert dispatch.decision.deployment == A
     assert dispatch.decision.selection_rule == "retry_same_deployment"
@@ -88,10 +81,7 @@ def test_a_single_500_retries_the_only_deployment_after_the_backoff() -> None:
 
 def test_a_silent_deployment_is_not_asked_again_at_once() -> None:
     pol = policy(provider("a"))
-    request = accepted("q-3", T0)
-    first = fold([request], pol)
-    silent = outcome("q-3", A, T0 + 30, status=StatusClass.TIMEOUT, retriable=True, final=False)
-    answered = fold([finished(silent, retry=request)], pol, first)
+    *_, answered = failed_first(pol, accepted("q-3", T0), T0 + 30, StatusClass.TIMEOUT)
     assert answered.dispatches == []
     (response,) = answered.responses
     assert response.status == "error" and response.error is not None
@@ -140,12 +130,9 @@ def test_a_content_policy_refusal_reaches_the_client_as_a_400_with_its_code() ->
 def test_a_prompt_too_long_goes_to_another_deployment_never_the_same() -> None:
     pol = policy(provider("a"), provider("b"))
     request = accepted("c-2", T0)
-    first = fold([request], pol)
-    one = first.decisions[0].deployment
-    too_long = outcome(
-        "c-2", one, T0 + 1, status=StatusClass.CLIENT_ERROR, retriable=True, final=False
-    ).model_copy(update={"error": "context_length_exceeded: HTTP 400 (context_length_exceeded)"})
-    moved = fold([finished(too_long, retry=request)], pol, first)
+    error = "context_length_exceeded: HTTP 400 (context_length_exceeded)"
+    _, too_long, moved = failed_first(pol, request, T0 + 1, StatusClass.CLIENT_ERROR, error=error)
+    one = too_long.deployment
     (dispatch,) = moved.dispatches
     other = dispatch.decision.deployment
     assert other != one and dispatch.decision.selection_rule != "retry_same_deployment"

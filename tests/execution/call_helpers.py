@@ -3,24 +3,18 @@ server, a provider, a request, a dispatch and a completion body."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from factories import accepted_request, decision_for, dispatch_for
 from pydantic import SecretStr
 
 from app.config.schema import ModelSpec, ProviderConfig
-from app.contract import (
-    ChatMessage,
-    ChatRequest,
-    Decision,
-    Dispatch,
-    LogPosition,
-    RequestAccepted,
-    derived_id,
-)
+from app.contract import ChatMessage, ChatRequest, Dispatch
 
 KEY = "fake-test-9f3c1d7e-SECRET"
 MODEL = "gpt-4o-mini"
@@ -83,44 +77,53 @@ def chat(**extra: Any) -> ChatRequest:
 
 
 def dispatch(attempt: int = 1, max_attempts: int = 3) -> Dispatch:
-    request = chat()
-    accepted = RequestAccepted(
-        id=derived_id("accepted", "req-1"),
-        occurred_at=NOW,
-        request=request,
-        route="chat",
-        prompt_sha256="0" * 64,
-        prompt_chars=42,
-        source=LogPosition(topic="llm.requests", partition=0, offset=7),
+    accepted = accepted_request(chat(), NOW, prompt_chars=42, offset=7)
+    deployment = f"openai-test:{MODEL}"
+    decision = decision_for(
+        "req-1", deployment, NOW, attempt=attempt, state_version=7, prompt_chars=42
     )
-    decision = Decision(
-        id=derived_id("decision", "req-1", attempt),
-        occurred_at=NOW,
-        request_id="req-1",
-        attempt=attempt,
-        route="chat",
-        deployment=f"openai-test:{MODEL}",
-        provider="openai-test",
-        model=MODEL,
-        strategy="ucb1",
-        algorithm_version="1",
-        candidates=[],
-        excluded=[],
-        config_hash="abc",
-        state_version=7,
-        propensity=1.0,
-        prompt_sha256="0" * 64,
-        prompt_chars=42,
+    deadline = NOW.timestamp() + 60.0
+    return dispatch_for(
+        accepted, decision, NOW, timeout_s=2.0, max_attempts=max_attempts, deadline=deadline
     )
-    return Dispatch(
-        id=derived_id("dispatch", "req-1", attempt),
-        occurred_at=NOW,
-        decision=decision,
-        accepted=accepted,
-        timeout_s=2.0,
-        max_attempts=max_attempts,
-        deadline=NOW.timestamp() + 60.0,
-    )
+
+
+async def hold(request: web.Request, seconds: float) -> None:
+    """Wait up to ``seconds``, less if the client hangs up first."""
+    for _ in range(round(seconds / 0.02)):
+        if request.transport is None or request.transport.is_closing():
+            return
+        await asyncio.sleep(0.02)
+
+
+def script(
+    server: ScriptedServer,
+    *steps: bytes | float,
+    close: bool = False,
+    content_type: str = "text/event-stream",
+) -> None:
+    """A body (an event stream unless ``content_type`` says otherwise) written in steps:
+    bytes are written, numbers are pauses (seconds); ``close`` drops the connection at the
+    end instead of ending the body."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        try:
+            for step in steps:
+                if isinstance(step, bytes):
+                    await response.write(step)
+                else:
+                    await hold(request, step)
+            if close and request.transport is not None:
+                request.transport.close()
+                return response
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client gave up, as it should
+        return response
+
+    server.handler = handler
 
 
 def completion(finish_reason: object = "stop", **usage: object) -> dict[str, Any]:
