@@ -10,14 +10,22 @@ milliseconds and the provider's delays seconds. Fixtures: conftest.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
-from call_helpers import MODEL, ScriptedServer, chat, completion, dispatch, provider
+from call_helpers import (
+    MODEL,
+    ScriptedServer,
+    chat,
+    completion,
+    dispatch,
+    hold,
+    provider,
+    script,
+)
 
 from app.config.schema import ProviderConfig
 from app.contract import StatusClass
@@ -47,38 +55,6 @@ def piece(text: str = "", finish_reason: str | None = None, **delta: object) -> 
 ROLE = piece(role="assistant", content="")  # OpenAI's first chunk: no answer yet
 USAGE_EVENT = event({"id": "chatcmpl-1", "choices": [], "usage": USAGE})
 DONE = b"data: [DONE]\n\n"
-
-
-async def hold(request: web.Request, seconds: float) -> None:
-    """Wait up to ``seconds``, less if the client hangs up first."""
-    for _ in range(round(seconds / 0.02)):
-        if request.transport is None or request.transport.is_closing():
-            return
-        await asyncio.sleep(0.02)
-
-
-def script(server: ScriptedServer, *steps: bytes | float, close: bool = False) -> None:
-    """An event stream: bytes are written, numbers are pauses (seconds); ``close``
-    drops the connection at the end instead of ending the body."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        try:
-            for step in steps:
-                if isinstance(step, bytes):
-                    await response.write(step)
-                else:
-                    await hold(request, step)
-            if close and request.transport is not None:
-                request.transport.close()
-                return response
-            await response.write_eof()
-        except ConnectionError:
-            pass  # the client gave up, as it should
-        return response
-
-    server.handler = handler
 
 
 class Pieces:
@@ -148,16 +124,8 @@ async def test_the_ttft_limit_ends_at_a_plain_call_s_headers(
 ) -> None:
     """A body that takes longer than the limit after prompt headers is still an answer."""
 
-    async def slow_body(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
-        await response.write(b" ")
-        await hold(request, 0.5)
-        await response.write(json.dumps(completion(prompt_tokens=5)).encode())
-        await response.write_eof()
-        return response
-
-    scripted.handler = slow_body
+    body = json.dumps(completion(prompt_tokens=5)).encode()
+    script(scripted, b" ", 0.5, body, content_type="application/json")
     config = limited(scripted.base_url, ttft_timeout_ms=200)
 
     result = await call_provider(client, config, MODEL, chat(), 3.0)

@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from call_helpers import (
     KEY,
     MODEL,
@@ -20,6 +19,7 @@ from call_helpers import (
     completion,
     dispatch,
     provider,
+    script,
 )
 
 from app.contract import (
@@ -194,22 +194,13 @@ async def test_a_2xx_cut_by_a_content_filter_is_a_final_refusal(
 async def test_a_stream_cut_by_a_content_filter_is_a_final_refusal(
     client: httpx.AsyncClient, scripted: ScriptedServer
 ) -> None:
-    chunks = [
+    script(
+        scripted,
         b'data: {"choices": [{"index": 0, "delta": {"content": "Once"}}]}\n\n',
         b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}]}\n\n',
         b'data: {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}}\n\n',
         b"data: [DONE]\n\n",
-    ]
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for chunk in chunks:
-            await response.write(chunk)
-        await response.write_eof()
-        return response
-
-    scripted.handler = handler
+    )
 
     result = await call(client, scripted, streamed=True)
 
@@ -223,14 +214,7 @@ async def test_a_stream_cut_by_a_content_filter_is_a_final_refusal(
 async def test_a_content_policy_error_event_in_a_stream_is_a_refusal(
     client: httpx.AsyncClient, scripted: ScriptedServer
 ) -> None:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(b'data: {"error": {"code": "content_filter", "message": "no"}}\n\n')
-        await response.write_eof()
-        return response
-
-    scripted.handler = handler
+    script(scripted, b'data: {"error": {"code": "content_filter", "message": "no"}}\n\n')
 
     result = await call(client, scripted, streamed=True)
 
