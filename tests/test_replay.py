@@ -67,30 +67,28 @@ def test_replay_reproduces_every_decision(recorded: RecordedLog) -> None:
     assert "mismatched: 0" in render(report)
 
 
-def test_thompson_replays_exactly() -> None:
-    pol = three(strategy="thompson")
+@pytest.mark.parametrize("strategy", ["thompson", "adaptive"])
+def test_thompson_and_adaptive_replay_exactly(strategy: str) -> None:
+    pol = three(strategy=strategy)
     log = synthetic_log(pol, PROFILES, 300, seed=7)
     report = replay(log, pol)
     assert report.ok and report.reproduced == report.recorded > 300
-    assert {e.event.strategy for e in log.decisions if e.event} == {"thompson"}
+    assert {e.event.strategy for e in log.decisions if e.event} == {strategy}
 
 
-def test_adaptive_replays_exactly() -> None:
-    pol = three(strategy="adaptive")
-    log = synthetic_log(pol, PROFILES, 300, seed=7)
-    report = replay(log, pol)
-    assert report.ok and report.reproduced == report.recorded > 300
-    assert {e.event.strategy for e in log.decisions if e.event} == {"adaptive"}
-
-
-def test_an_altered_outcome_breaks_later_decisions(recorded: RecordedLog) -> None:
-    index = next(
+def _a_success_past_offset_20(recorded: RecordedLog) -> int:
+    """The index in the routing log of the first successful attempt's end past offset 20."""
+    return next(
         i
         for i, e in enumerate(recorded.routing)
         if isinstance(e.event, AttemptFinished)
         and e.event.outcome.status_class is StatusClass.SUCCESS
         and e.offset > 20
     )
+
+
+def test_an_altered_outcome_breaks_later_decisions(recorded: RecordedLog) -> None:
+    index = _a_success_past_offset_20(recorded)
     forged = tampered(recorded, index, latency_ms=29_000.0)
     report = replay(forged, three())
     assert not report.ok and report.mismatched > 0
@@ -104,13 +102,7 @@ def test_an_altered_outcome_breaks_later_decisions(recorded: RecordedLog) -> Non
 
 
 def test_an_altered_status_is_caught_too(recorded: RecordedLog) -> None:
-    index = next(
-        i
-        for i, e in enumerate(recorded.routing)
-        if isinstance(e.event, AttemptFinished)
-        and e.event.outcome.status_class is StatusClass.SUCCESS
-        and e.offset > 20
-    )
+    index = _a_success_past_offset_20(recorded)
     forged = tampered(recorded, index, reward=0.0, status_class=StatusClass.SERVER_ERROR)
     assert replay(forged, three()).mismatched > 0
 
