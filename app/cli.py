@@ -30,19 +30,21 @@ def _worker(_: argparse.Namespace) -> int:
     _trace("switchyard-worker")
     _detect_fetch_holding()
     from agents import executor, feedback, handoff, ingest, policy, router, web
-    from agents.app import SwitchyardWorker, changelog_topics, settings
     from agents.app import app as faust_app
+    from agents.app import settings
     from app.kafka import ensure_topics
     from app.policy.document import document_from_file
     from app.policy.holder import policy_holder
     from app.policy.log import bootstrap
+    from app.worker.faust_app import SwitchyardWorker, changelog_topics
 
     # Importing them builds the Faust app and registers the agents, tables and views.
     registered = (executor, feedback, handoff, ingest, router, web)
     assert registered
     policy_holder().load()  # fail fast, with one clear line, on a bad providers file
     # The tables' changelogs exist before the consumer first joins (app/kafka.py).
-    asyncio.run(ensure_topics(settings, changelogs=changelog_topics()))
+    changelogs = changelog_topics(faust_app, settings.partitions)
+    asyncio.run(ensure_topics(settings, changelogs=changelogs))
     document = document_from_file(settings.providers, settings.routing)
     policy.adopt(asyncio.run(bootstrap(settings, document, policy_holder().book)))
     _make_data_dir(settings.data_dir)

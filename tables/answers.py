@@ -36,8 +36,12 @@ from typing import Any
 import faust
 from faust.types import EventT
 
-from agents.app import app, settings, table_store_options
 from app.grades.matching import AnswerRow
+from app.settings import get_settings
+from app.worker.faust_app import table_store_options, worker_app
+
+app = worker_app()
+settings = get_settings()
 
 
 def _schema() -> Any:

@@ -15,9 +15,13 @@ import faust
 from faust.serializers.codecs import dumps
 from faust.types import TP
 
-from agents.app import app, settings, table_store_options
 from app.routing.rows import from_row, to_row
 from app.routing.state import RouteState
+from app.settings import get_settings
+from app.worker.faust_app import table_store_options, worker_app
+
+app = worker_app()
+settings = get_settings()
 
 route_state = app.Table(
     "route-state",

@@ -155,11 +155,12 @@ async def test_a_fresh_worker_restores_the_same_state_from_a_compacted_changelog
 def test_the_worker_declares_every_changelog_as_faust_would() -> None:
     import tables.answers
     import tables.routing
-    from agents.app import changelog_topics, settings
+    from agents.app import app, settings
+    from app.worker.faust_app import changelog_topics
 
     assert tables.answers and tables.routing  # the tables, registered
 
-    found = changelog_topics()
+    found = changelog_topics(app, settings.partitions)
     app_id = settings.app_id
     assert found[f"{app_id}-route-state-changelog"] == (
         settings.partitions,

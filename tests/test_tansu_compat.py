@@ -137,7 +137,8 @@ def test_a_worker_on_kafka_installs_no_workaround() -> None:
     import sys
 
     probe = (
-        "import faust; from agents.app import build_app; from app.settings import Settings;"
+        "import faust; from app.worker.faust_app import build_app;"
+        "from app.settings import Settings;"
         "from app.compat import tansu;"
         "build_app(Settings(tansu_compat=False));"
         "from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread as T;"
