@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -93,18 +93,24 @@ def filter_options(store: Store) -> dict[str, list[str]]:
     }
 
 
+def _records(store: Store, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """The rows of ``sql`` as dicts by column name."""
+    cursor = store.cursor().execute(sql, list(params))
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
 def request_log(store: Store, filters: LogFilters, page: int) -> LogPage:
     where, params = filters.where()
     total = int(store.query(f"SELECT count(*) FROM request_log WHERE {where}", params)[0][0])
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(max(page, 1), pages)
-    cursor = store.cursor().execute(
+    rows = _records(
+        store,
         f"SELECT * FROM request_log WHERE {where} ORDER BY accepted_at DESC, request_id "
         "LIMIT ? OFFSET ?",
         [*params, PAGE_SIZE, (page - 1) * PAGE_SIZE],
     )
-    names = [d[0] for d in cursor.description or ()]
-    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     return LogPage(rows, total, page, pages)
 
 
@@ -142,7 +148,8 @@ def _bounds(store: Store) -> tuple[datetime | None, datetime | None]:
 
 
 def provider_health(store: Store, window: tuple[datetime, datetime]) -> list[dict[str, Any]]:
-    cursor = store.cursor().execute(
+    rows = _records(
+        store,
         """
         SELECT route, deployment, count(*) AS attempts,
                count(*) FILTER (WHERE status_class = 'success') AS successes,
@@ -156,8 +163,6 @@ def provider_health(store: Store, window: tuple[datetime, datetime]) -> list[dic
         """,
         list(window),
     )
-    names = [d[0] for d in cursor.description or ()]
-    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     emas = _latency_emas(store, window)
     states = _breaker_now(store, window)
     for row in rows:
@@ -242,21 +247,19 @@ def breaker_series(
 
 
 def policy_versions(store: Store) -> list[dict[str, Any]]:
-    cursor = store.cursor().execute(
+    return _records(
+        store,
         "SELECT version, hash, source, min(occurred_at) AS first_at, "
         "list(DISTINCT route ORDER BY route) AS routes, count(*) AS changes "
-        "FROM policy_changes GROUP BY version, hash, source ORDER BY version DESC"
+        "FROM policy_changes GROUP BY version, hash, source ORDER BY version DESC",
     )
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def config_hashes(store: Store) -> list[dict[str, Any]]:
     """What the decisions say they were made under, by config hash and policy version."""
-    cursor = store.cursor().execute(
+    return _records(
+        store,
         "SELECT config_hash, policy_version, strategy, count(*) AS decisions, "
         "min(occurred_at) AS first_at, max(occurred_at) AS last_at FROM decisions "
-        "GROUP BY ALL ORDER BY first_at DESC"
+        "GROUP BY ALL ORDER BY first_at DESC",
     )
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
