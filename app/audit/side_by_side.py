@@ -14,6 +14,11 @@ def _range(values: list[float], fmt: str) -> str:
     return f"{format(mean, fmt)} [{format(low, fmt)}, {format(high, fmt)}]"
 
 
+def _row(label: str, recorded: float, runs: list[float], fmt: str) -> tuple[str, str, str]:
+    """A line of the table: the recorded figure, and the alternative's over its runs."""
+    return label, format(recorded, fmt), _range(runs, fmt)
+
+
 def render(report: CounterfactualReport) -> str:
     rec, runs = report.recorded, report.runs
     hashes = ", ".join(sorted(report.recorded_config_hashes)) or "-"
@@ -22,34 +27,18 @@ def render(report: CounterfactualReport) -> str:
         ("attempts (decisions)", str(rec.attempts), _range([r.attempts for r in runs], ".1f")),
     ]
     for deployment in sorted({*rec.share, *(d for r in runs for d in r.share)}):
-        rows.append(
-            (
-                f"share {deployment}",
-                f"{rec.share.get(deployment, 0.0):.1%}",
-                _range([r.share.get(deployment, 0.0) for r in runs], ".1%"),
-            )
-        )
+        share = [r.share.get(deployment, 0.0) for r in runs]
+        rows.append(_row(f"share {deployment}", rec.share.get(deployment, 0.0), share, ".1%"))
     rows += [
-        (
-            "requests with a success",
-            f"{rec.requests_ok:.1%}",
-            _range([r.requests_ok for r in runs], ".1%"),
-        ),
-        (
-            "mean reward per attempt",
-            f"{rec.mean_reward:.3f}",
-            _range([r.mean_reward for r in runs], ".3f"),
-        ),
-        (
+        _row("requests with a success", rec.requests_ok, [r.requests_ok for r in runs], ".1%"),
+        _row("mean reward per attempt", rec.mean_reward, [r.mean_reward for r in runs], ".3f"),
+        _row(
             "mean latency per attempt ms",
-            f"{rec.mean_latency_ms:.0f}",
-            _range([r.mean_latency_ms for r in runs], ".0f"),
+            rec.mean_latency_ms,
+            [r.mean_latency_ms for r in runs],
+            ".0f",
         ),
-        (
-            "total cost USD",
-            f"{rec.total_cost_usd:.4f}",
-            _range([r.total_cost_usd for r in runs], ".4f"),
-        ),
+        _row("total cost USD", rec.total_cost_usd, [r.total_cost_usd for r in runs], ".4f"),
     ]
     label = width + 6
     lines = [
