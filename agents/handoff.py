@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from faust import StreamT
@@ -130,6 +130,22 @@ async def _call(dispatch: Dispatch, partition: int | None = None) -> None:
 state_of: Callable[[str], RouteState] = load_route_state
 
 
+def _read(event: Any, what: str = "dispatch") -> Dispatch | None:
+    """The dispatch a record holds; None (logged) when it is unreadable."""
+    try:
+        return Dispatch.model_validate_json(event.value)
+    except ValidationError:
+        log.error("unreadable %s at offset %s", what, event.message.offset)
+        return None
+
+
+def _in_background(step: Coroutine[Any, Any, None]) -> None:
+    """Run ``step`` on its own, held (from the garbage collector) until it ends."""
+    future = asyncio.ensure_future(step)
+    _acking.add(future)
+    future.add_done_callback(_acking.discard)
+
+
 def _still_open(dispatch: Dispatch) -> bool:
     decision = dispatch.decision
     state = state_of(decision.route)
@@ -161,10 +177,8 @@ def _task_for(event: Any) -> asyncio.Task[None] | None:
     known = dispatch_id_of(event)
     if known is not None and (known in _running or known in _ended):
         return _running.get(known)  # decided here: nothing to parse
-    try:
-        dispatch = Dispatch.model_validate_json(event.value)
-    except ValidationError:
-        log.error("unreadable dispatch at offset %s", event.message.offset)
+    dispatch = _read(event)
+    if dispatch is None:
         return None
     task = _running.get(dispatch.id)
     if task is None and dispatch.id not in _ended and _still_open(dispatch):
@@ -181,10 +195,8 @@ async def _take_committed(event: Any, acks: InOrderAcks) -> None:
     caught up with the partition (every feedback an earlier owner committed is folded),
     if its attempt is still open and its call has not ended here. Acked once the call's
     records are committed; a call whose records were not is made again."""
-    try:
-        dispatch = Dispatch.model_validate_json(event.value)
-    except ValidationError:
-        log.error("unreadable dispatch at offset %s", event.message.offset)
+    dispatch = _read(event)
+    if dispatch is None:
         await acks.done(event)
         return
     partition = event.message.partition
@@ -208,10 +220,7 @@ def _committed_acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[No
         if task.cancelled():
             return
         again = isinstance(task.exception(), NotCommitted)
-        step = _take_committed(event, acks) if again else acks.done(event)
-        future = asyncio.ensure_future(step)
-        _acking.add(future)
-        future.add_done_callback(_acking.discard)
+        _in_background(_take_committed(event, acks) if again else acks.done(event))
 
     return ended
 
@@ -230,9 +239,7 @@ def _acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[None]], None
     def ack(task: asyncio.Task[None]) -> None:
         if task.cancelled():
             return
-        acking = asyncio.ensure_future(acks.done(event))
-        _acking.add(acking)
-        acking.add_done_callback(_acking.discard)
+        _in_background(acks.done(event))
 
     return ack
 
@@ -249,10 +256,8 @@ async def spill(stream: StreamT[bytes]) -> None:
     slots = asyncio.Semaphore(settings.spill_concurrency)
     async for event in manual.events():
         acks.received(event)
-        try:
-            dispatch = Dispatch.model_validate_json(event.value)
-        except ValidationError:
-            log.error("unreadable spilled dispatch at offset %s", event.message.offset)
+        dispatch = _read(event, "spilled dispatch")
+        if dispatch is None:
             await acks.done(event)
             continue
         await slots.acquire()

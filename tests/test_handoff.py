@@ -26,16 +26,24 @@ def record(partition: int, offset: int) -> Any:
     return SimpleNamespace(message=message)
 
 
-async def test_a_finished_call_acks_its_dispatch_and_a_cancelled_one_does_not() -> None:
+def calls(*ends: tuple[Any, float]) -> tuple[Manual, InOrderAcks, list[asyncio.Future[None]]]:
+    """Dispatch records received in this order, and a call for each (a sleep of its seconds)
+    whose end acks its record with the hand-off's acker."""
     manual = Manual()
     acks = InOrderAcks(manual.ack)
+    for event, _ in ends:
+        acks.received(event)
+    running = []
+    for event, seconds in ends:
+        call = asyncio.ensure_future(asyncio.sleep(seconds))
+        call.add_done_callback(handoff._acker(acks, event))
+        running.append(call)
+    return manual, acks, running
+
+
+async def test_a_finished_call_acks_its_dispatch_and_a_cancelled_one_does_not() -> None:
     finished, cancelled_record = record(0, 7), record(1, 3)
-    acks.received(finished)
-    acks.received(cancelled_record)
-    done = asyncio.ensure_future(asyncio.sleep(0))
-    done.add_done_callback(handoff._acker(acks, finished))
-    cancelled = asyncio.ensure_future(asyncio.sleep(10))
-    cancelled.add_done_callback(handoff._acker(acks, cancelled_record))
+    manual, acks, (done, cancelled) = calls((finished, 0), (cancelled_record, 10))
     await done
     cancelled.cancel()
     await asyncio.sleep(0.01)
@@ -44,15 +52,8 @@ async def test_a_finished_call_acks_its_dispatch_and_a_cancelled_one_does_not() 
 
 
 async def test_a_call_ending_first_waits_for_the_dispatch_before_it() -> None:
-    manual = Manual()
-    acks = InOrderAcks(manual.ack)
     slow_record, fast_record = record(0, 7), record(0, 8)
-    acks.received(slow_record)
-    acks.received(fast_record)
-    slow = asyncio.ensure_future(asyncio.sleep(0.05))
-    slow.add_done_callback(handoff._acker(acks, slow_record))
-    fast = asyncio.ensure_future(asyncio.sleep(0))
-    fast.add_done_callback(handoff._acker(acks, fast_record))
+    manual, _, (slow, fast) = calls((slow_record, 0.05), (fast_record, 0))
     await fast
     await asyncio.sleep(0.01)
     assert manual.acked == []  # a commit now would pass the call still running
