@@ -15,7 +15,7 @@ from app.contract import (
     ChatRequest,
     StatusClass,
 )
-from app.execution.call import call_provider, request_body
+from app.execution.call import CallResult, call_provider, request_body
 from app.execution.outcome import build_outcome, cost_usd, is_final
 from app.execution.retry_after import parse_retry_after
 from app.routing.reliability import is_retriable
@@ -120,12 +120,18 @@ def test_cost_never_bills_negative_input() -> None:
 # --------------------------------------------------------------------------- HTTP errors
 
 
+async def failing(
+    client: httpx.AsyncClient, llmock: LLMockServer, status: int, **fail: Any
+) -> CallResult:
+    """The call's result when LLMock answers HTTP ``status`` (``fail``: more of it)."""
+    llmock.state.scenarios.add(Fail(status, **fail))
+    return await call_provider(client, provider(llmock.base_url()), MODEL, chat(), 2.0)
+
+
 async def test_503_is_a_retriable_server_error(
     client: httpx.AsyncClient, llmock: LLMockServer
 ) -> None:
-    llmock.state.scenarios.add(Fail(503))
-
-    result = await call_provider(client, provider(llmock.base_url()), MODEL, chat(), 2.0)
+    result = await failing(client, llmock, 503)
 
     assert result.status_class is StatusClass.SERVER_ERROR
     assert result.http_status == 503
@@ -139,9 +145,7 @@ async def test_503_is_a_retriable_server_error(
 async def test_429_is_rate_limited_with_retry_after(
     client: httpx.AsyncClient, llmock: LLMockServer
 ) -> None:
-    llmock.state.scenarios.add(Fail(429, retry_after=1.5))
-
-    result = await call_provider(client, provider(llmock.base_url()), MODEL, chat(), 2.0)
+    result = await failing(client, llmock, 429, retry_after=1.5)
 
     assert result.status_class is StatusClass.RATE_LIMITED
     assert result.http_status == 429
@@ -195,9 +199,7 @@ def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> N
 async def test_400_is_a_client_error_not_retried(
     client: httpx.AsyncClient, llmock: LLMockServer
 ) -> None:
-    llmock.state.scenarios.add(Fail(400))
-
-    result = await call_provider(client, provider(llmock.base_url()), MODEL, chat(), 2.0)
+    result = await failing(client, llmock, 400)
 
     assert result.status_class is StatusClass.CLIENT_ERROR
     assert result.http_status == 400
