@@ -178,26 +178,26 @@ async def test_a_stream_cut_mid_answer_is_a_bad_response(
     assert retriable(result) and result.completion is None
 
 
-async def test_a_stream_ended_without_a_finish_reason_is_a_bad_response(
-    client: httpx.AsyncClient, scripted: ScriptedServer
+@pytest.mark.parametrize(
+    ("ending", "error"),
+    [
+        pytest.param([], "stream ended without a finish reason", id="no-finish-reason"),
+        pytest.param(
+            [b'data: {"choices": [{"delta": {"content": "is\n\n'],
+            "malformed stream chunk",
+            id="malformed-chunk",
+        ),
+    ],
+)
+async def test_a_stream_without_a_finish_reason_or_with_a_malformed_chunk_is_a_bad_response(
+    client: httpx.AsyncClient, scripted: ScriptedServer, ending: list[bytes], error: str
 ) -> None:
-    script(scripted, ROLE, piece("Par"))
+    script(scripted, ROLE, piece("Par"), *ending)
 
     result = await stream(client, scripted)
 
     assert result.status_class is StatusClass.BAD_RESPONSE
-    assert result.error == "stream ended without a finish reason"
-
-
-async def test_a_malformed_chunk_is_a_bad_response(
-    client: httpx.AsyncClient, scripted: ScriptedServer
-) -> None:
-    script(scripted, ROLE, piece("Par"), b'data: {"choices": [{"delta": {"content": "is\n\n')
-
-    result = await stream(client, scripted)
-
-    assert result.status_class is StatusClass.BAD_RESPONSE
-    assert result.error == "malformed stream chunk"
+    assert result.error == error
 
 
 # --------------------------------------------------------------------------- no [DONE]
