@@ -246,20 +246,22 @@ def breaker_series(
 # --------------------------------------------------------------------------- policies
 
 
+_POLICY_VERSIONS = (
+    "SELECT version, hash, source, min(occurred_at) AS first_at, "
+    "list(DISTINCT route ORDER BY route) AS routes, count(*) AS changes "
+    "FROM policy_changes GROUP BY version, hash, source ORDER BY version DESC"
+)
+_CONFIG_HASHES = (
+    "SELECT config_hash, policy_version, strategy, count(*) AS decisions, "
+    "min(occurred_at) AS first_at, max(occurred_at) AS last_at FROM decisions "
+    "GROUP BY ALL ORDER BY first_at DESC"
+)
+
+
 def policy_versions(store: Store) -> list[dict[str, Any]]:
-    return _records(
-        store,
-        "SELECT version, hash, source, min(occurred_at) AS first_at, "
-        "list(DISTINCT route ORDER BY route) AS routes, count(*) AS changes "
-        "FROM policy_changes GROUP BY version, hash, source ORDER BY version DESC",
-    )
+    return _records(store, _POLICY_VERSIONS)
 
 
 def config_hashes(store: Store) -> list[dict[str, Any]]:
     """What the decisions say they were made under, by config hash and policy version."""
-    return _records(
-        store,
-        "SELECT config_hash, policy_version, strategy, count(*) AS decisions, "
-        "min(occurred_at) AS first_at, max(occurred_at) AS last_at FROM decisions "
-        "GROUP BY ALL ORDER BY first_at DESC",
-    )
+    return _records(store, _CONFIG_HASHES)
