@@ -4,8 +4,10 @@ which this checks."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from app.audit.export import write_export
@@ -16,21 +18,28 @@ from app.settings import Topics
 from bench.replay_speed import PROFILES, bench_policy
 
 
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """The cycle collector off, after a collection; on again at the end if it was."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_the_fold_makes_no_reference_cycles() -> None:
     for strategy in ("ucb1", "thompson"):
         policy = bench_policy(strategy)
         log = synthetic_log(policy, PROFILES, 300, interval_s=0.02)
-        gc.collect()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_off():
             report = replay(log, policy)
             assert report.ok
             del report
             assert gc.collect() == 0
-        finally:
-            if enabled:
-                gc.enable()
 
 
 def test_reading_an_export_makes_no_reference_cycles(tmp_path: Path) -> None:
@@ -47,18 +56,12 @@ def test_reading_an_export_makes_no_reference_cycles(tmp_path: Path) -> None:
     (tmp_path / "feedback.jsonl").write_text("\n".join(lines) + "\n")
     with (tmp_path / "outcomes.jsonl").open("a") as outcomes:
         outcomes.write('{"type": "nonsense"}\n')
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         log = read_export(tmp_path)
         assert len(log.feedback) == 3 and log.unreadable()["feedback"] == 2
         assert log.unreadable()["outcomes"] == 1 and len(log.routing) > 400
         del log
         assert gc.collect() == 0
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def test_replay_and_reading_leave_the_collector_as_they_found_it(tmp_path: Path) -> None:
