@@ -59,6 +59,13 @@ class Log:
     costs: list[float] = field(default_factory=list)
     max_ticks: int = 100
 
+    def first_decisions(self) -> dict[str, Decision]:
+        """Each request's first decision, by request id."""
+        found: dict[str, Decision] = {}
+        for decision in self.decisions:
+            found.setdefault(decision.request_id, decision)
+        return found
+
     def run(self, first: list[RoutingLogEvent], driver: Driver | None = None) -> Driver:
         driver = driver or Driver(lambda: self.policy)
         queue: deque[RoutingLogEvent] = deque(first)

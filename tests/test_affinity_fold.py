@@ -35,19 +35,12 @@ def run(
     return driver
 
 
-def by_request(log: CacheLog) -> dict[str, Decision]:
-    found: dict[str, Decision] = {}
-    for decision in log.decisions:
-        found.setdefault(decision.request_id, decision)
-    return found
-
-
 def test_a_cache_read_pins_the_session_to_its_deployment() -> None:
     policy = plain_policy()
     log = CacheLog(policy, cached=always_cached)
     turns = [request(policy, n, f"question {n}", model="chat", session="s1") for n in range(6)]
     run(log, turns)
-    decisions = by_request(log)
+    decisions = log.first_decisions()
     first = decisions["r0"].deployment
     assert decisions["r0"].selection_rule != "affinity"
     for n in range(1, 6):
@@ -83,7 +76,7 @@ def test_a_context_is_pinned_without_a_session() -> None:
         request(policy, 2, "Something else entirely", model="chat"),  # another prefix
     ]
     run(log, turns)
-    decisions = by_request(log)
+    decisions = log.first_decisions()
     assert decisions["r1"].deployment == decisions["r0"].deployment
     assert (decisions["r1"].selection_rule, decisions["r1"].affinity) == ("affinity", "context")
     assert decisions["r2"].selection_rule != "affinity"
@@ -100,7 +93,7 @@ def test_each_read_renews_the_session_and_event_time_expires_it() -> None:
     driver = run(log, turns)
     late = request(policy, 9, "q9", t=T0 + 2400 + 901, model="chat", session="s1")
     run(log, [late], driver)
-    decisions = by_request(log)
+    decisions = log.first_decisions()
     assert [decisions[f"r{n}"].selection_rule for n in range(1, 5)] == ["affinity"] * 4
     assert decisions["r9"].selection_rule != "affinity"  # 15 min without a read: expired
 
@@ -188,7 +181,7 @@ def test_a_request_can_opt_out_or_ignore_its_session() -> None:
         policy, 4, "q0", model="chat", session="s1", routing={"session_affinity": False}
     )
     run(log, [out, ignored, same_context], driver)
-    decisions = by_request(log)
+    decisions = log.first_decisions()
     assert decisions["r2"].selection_rule != "affinity"
     assert decisions["r3"].selection_rule != "affinity"  # a new prefix, session ignored
     assert (decisions["r4"].selection_rule, decisions["r4"].affinity) == ("affinity", "context")

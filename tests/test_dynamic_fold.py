@@ -68,17 +68,10 @@ def request(
     return event.model_copy(update={"request": body})
 
 
-def first_decisions(log: Log) -> dict[str, Decision]:
-    found: dict[str, Decision] = {}
-    for decision in log.decisions:
-        found.setdefault(decision.request_id, decision)
-    return found
-
-
 def test_a_condition_pins_with_its_mode_and_the_other_branch_is_routed() -> None:
     log = Log(dynamic_policy())
     log.run([request(0, team="platform"), request(1, team="web", session="s-main")])
-    decisions = first_decisions(log)
+    decisions = log.first_decisions()
     pinned = decisions["r0"]
     assert (pinned.deployment, pinned.candidate_filter, pinned.mode) == (
         "b:m1",
@@ -110,7 +103,7 @@ def test_the_split_is_stable_per_session_across_restarts_and_reloads() -> None:
         driver = None
         for i, session in enumerate(sessions):  # each answered before the next comes
             driver = log.run([request(i * 60, session=session)], driver)
-        chosen = first_decisions(log)
+        chosen = log.first_decisions()
         branches.append([chosen[f"r{i * 60}"].route for i in range(len(sessions))])
     assert branches[0] == branches[1]
     share = branches[0].count("cheap") / len(sessions)
