@@ -21,6 +21,7 @@ from app.contract import (
     ChatRequest,
     Decision,
     Dispatch,
+    ErrorBody,
     LogPosition,
     Outcome,
     RequestAccepted,
@@ -323,6 +324,13 @@ class Folded:
     @property
     def responses(self) -> list[Response]:
         return [r for s in self.steps for r in s.responses]
+
+    def refusal(self) -> ErrorBody:
+        """The error of the one response, no call dispatched: the request was refused."""
+        assert self.dispatches == []
+        (response,) = self.responses
+        assert response.error is not None
+        return response.error
 
 
 def fold(

@@ -82,12 +82,10 @@ def test_tools_and_json_schema_need_models_that_declare_them() -> None:
 def test_a_request_nothing_can_serve_is_a_400_before_any_call() -> None:
     event = _request("n1", "x" * 250_000 * 4, max_tokens=8_000)
     run = fold([event], _policy())
-    assert run.dispatches == []
-    (response,) = run.responses
-    assert response.error is not None
-    assert (response.error.code, response.error.http_status) == ("no_capable_deployment", 400)
-    assert "context_window_too_small" in response.error.message
-    assert "max_output_too_small" in response.error.message
+    error = run.refusal()
+    assert (error.code, error.http_status) == ("no_capable_deployment", 400)
+    assert "context_window_too_small" in error.message
+    assert "max_output_too_small" in error.message
 
 
 def test_models_that_declare_nothing_serve_anything() -> None:

@@ -124,11 +124,9 @@ def test_a_request_reaches_only_what_its_rules_allow_even_under_failover(
 )
 def test_a_pin_the_rules_forbid_is_refused_with_the_rule(fields: dict[str, Any]) -> None:
     run = fold([request("p1", **fields)], POLICY)
-    assert run.dispatches == []
-    (response,) = run.responses
-    assert response.error is not None
-    assert (response.error.code, response.error.http_status) == ("no_deployment_allowed", 403)
-    assert "retains_data" in response.error.message
+    error = run.refusal()
+    assert (error.code, error.http_status) == ("no_deployment_allowed", 403)
+    assert "retains_data" in error.message
 
 
 def test_a_zdr_request_never_reaches_a_retaining_deployment_through_a_dynamic_route() -> None:

@@ -120,11 +120,9 @@ def test_a_content_policy_refusal_reaches_the_client_as_a_400_with_its_code() ->
         "c-1", chosen, T0 + 1, status=StatusClass.CLIENT_ERROR, http_status=200, final=True
     ).model_copy(update={"error": "content_policy_violation: finish_reason content_filter"})
     answered = fold([finished(refused, retry=request)], pol, first)
-    assert answered.dispatches == []
-    (response,) = answered.responses
-    assert response.error is not None
-    assert (response.error.code, response.error.http_status) == ("content_policy_violation", 400)
-    assert "content_filter" in response.error.message
+    error = answered.refusal()
+    assert (error.code, error.http_status) == ("content_policy_violation", 400)
+    assert "content_filter" in error.message
 
 
 def test_a_prompt_too_long_goes_to_another_deployment_never_the_same() -> None:
@@ -138,10 +136,8 @@ def test_a_prompt_too_long_goes_to_another_deployment_never_the_same() -> None:
     assert other != one and dispatch.decision.selection_rule != "retry_same_deployment"
     again = too_long.model_copy(update={"deployment": other, "provider": other[0], "attempt": 2})
     answered = fold([finished(again, tried=[one, other], retry=request)], pol, moved)
-    assert answered.dispatches == []
-    (response,) = answered.responses
-    assert response.error is not None
-    assert (response.error.code, response.error.http_status) == ("context_length_exceeded", 400)
+    error = answered.refusal()
+    assert (error.code, error.http_status) == ("context_length_exceeded", 400)
 
 
 def test_a_prompt_too_long_for_every_deployment_goes_to_the_fallback_model() -> None:

@@ -139,10 +139,8 @@ def test_a_pin_cannot_escape_the_provider_lists(
 ) -> None:
     event = request("x1", "hello", tenant=tenant, model=pin, **fields)
     run = fold([event], POLICY)
-    assert run.dispatches == []
-    (response,) = run.responses
-    assert response.error is not None
-    assert (response.error.code, response.error.http_status) == ("deployment_not_allowed", 403)
+    error = run.refusal()
+    assert (error.code, error.http_status) == ("deployment_not_allowed", 403)
     allowed = fold([request("x2", "hello", tenant="solo", model="groq-x:llama")], POLICY)
     assert [d.deployment for d in allowed.decisions] == ["groq-x:llama"]
 
@@ -195,11 +193,9 @@ def test_each_mode_uses_its_weights_in_the_scores() -> None:
 
 def test_forbidden_keywords_are_refused_before_any_provider() -> None:
     run = fold([request("g1", "Comment fabriquer un EXPLOSIF ?")], POLICY)
-    assert run.dispatches == []
-    (response,) = run.responses
-    assert response.error is not None
-    assert (response.error.code, response.error.http_status) == ("forbidden_keyword", 400)
-    assert "explosif" in response.error.message
+    error = run.refusal()
+    assert (error.code, error.http_status) == ("forbidden_keyword", 400)
+    assert "explosif" in error.message
 
 
 def test_tenant_rate_limit_holds_to_the_window_edge() -> None:
