@@ -1,4 +1,10 @@
-"""``switchyard demo``: the whole path on the embedded stack, with a summary at the end."""
+"""``switchyard demo``: the whole path on the embedded stack, with a summary at the end.
+
+Its requests show every feature of the stack's providers file: ``model: "auto"``,
+conversations whose prompts the providers cache (and affinity follows), a tenant's budget
+and dynamic route (app/demo_showcase.py); the summary says what each did. With
+``--local-model`` it sends short one-shot prompts instead.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.client import RequestPublisher, TopicFollower
+from app.demo_showcase import Features, read_budgets, render_features, showcase_request
 from app.embedded.brokers import BrokerKind
 from app.embedded.local_providers import LocalModelChoice, local_stack
 from app.embedded.stack import EmbeddedStack
@@ -36,9 +43,10 @@ class Tally:
     provider_ms: Counter[str] = field(default_factory=Counter)
     cost_usd: float = 0.0
     attempts: int = 0
+    features: Features = field(default_factory=Features)
 
     def take(self, topic: str, value: dict[str, Any], now: float, topics: Topics) -> None:
-        """Fold one record of the responses or outcomes topic into the tally."""
+        """Fold one record of the responses, outcomes or decisions topic into the tally."""
         request_id = value.get("request_id", "")
         if request_id not in self.sent_at:
             return  # not ours (an earlier run on the same broker)
@@ -49,6 +57,9 @@ class Tally:
             self.provider_ms[request_id] += value["latency_ms"]
             self.cost_usd += value["cost_usd"]
             self.attempts += 1
+            self.features.take_outcome(value)
+        elif topic == topics.decisions:
+            self.features.take_decision(value)
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,14 @@ class Summary:
     added_p50_ms: float
     added_p95_ms: float
     total_cost_usd: float
+    #: What the features did (app/demo_showcase.py): the auto router's picks by model, the
+    #: share of input tokens read from prompt caches, of decisions that followed an
+    #: affinity pin, each budget's ledger, the dynamic routes' hits by graph/branch.
+    auto_picks: dict[str, int] = field(default_factory=dict)
+    cache_hit_rate: float = 0.0
+    affinity_share: float = 0.0
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dynamic_hits: dict[str, int] = field(default_factory=dict)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -97,6 +116,11 @@ def summarise(tally: Tally, requests: int) -> Summary:
         added_p50_ms=_quantile(added, 0.50),
         added_p95_ms=_quantile(added, 0.95),
         total_cost_usd=tally.cost_usd,
+        auto_picks=dict(sorted(tally.features.auto_picks.items())),
+        cache_hit_rate=tally.features.cache_hit_rate,
+        affinity_share=tally.features.affinity_share,
+        budgets=tally.features.budgets,
+        dynamic_hits=dict(sorted(tally.features.dynamic_hits.items())),
     )
 
 
@@ -112,10 +136,19 @@ def render(summary: Summary) -> str:
         "share per deployment:",
         *(f"  {d:<40} {s:6.1%}" for d, s in summary.share.items()),
     ]
-    return "\n".join(lines)
+    shown = render_features(
+        summary.auto_picks,
+        summary.cache_hit_rate,
+        summary.affinity_share,
+        summary.budgets,
+        summary.dynamic_hits,
+    )
+    return "\n".join(lines + shown)
 
 
-async def _publish(publisher: RequestPublisher, tally: Tally, count: int, rate: float) -> None:
+async def _publish(
+    publisher: RequestPublisher, tally: Tally, count: int, rate: float, showcase: bool
+) -> None:
     start = time.monotonic()
     for i in range(count):
         due = start + i / rate
@@ -124,14 +157,9 @@ async def _publish(publisher: RequestPublisher, tally: Tally, count: int, rate: 
             await asyncio.sleep(delay)
         request_id = f"demo-{i:06d}"
         tally.sent_at[request_id] = time.monotonic()
-        await publisher.publish(
-            {
-                "request_id": request_id,
-                "model": "chat",
-                "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                "max_tokens": 250,
-            }
-        )
+        plain = {"model": "chat", "messages": [{"role": "user", "content": PROMPTS[i % 5]}]}
+        asked = showcase_request(i) if showcase else plain
+        await publisher.publish({"request_id": request_id, **asked, "max_tokens": 250})
     await publisher.flush()
 
 
@@ -207,7 +235,7 @@ async def run_demo(
         topics = stack.topics
         publisher = await RequestPublisher(stack.broker.bootstrap, topics.requests).start()
         follower = await TopicFollower(
-            stack.broker.bootstrap, [topics.responses, topics.outcomes]
+            stack.broker.bootstrap, [topics.responses, topics.outcomes, topics.decisions]
         ).start()
         tally = Tally()
         try:
@@ -215,9 +243,10 @@ async def run_demo(
             await _warm_up(publisher, follower, topics, deadline)
             print(f"publishing {requests} requests at {rate:g}/s", file=sys.stderr)
             await asyncio.gather(
-                _publish(publisher, tally, requests, rate),
+                _publish(publisher, tally, requests, rate, showcase=local is None),
                 _collect(follower, tally, requests, deadline, topics),
             )
+            tally.features.budgets = await read_budgets(stack)
         finally:
             await publisher.stop()
             await follower.stop()

@@ -45,9 +45,15 @@ Overrides (fault benchmarks)
 e.g. 0.01. Requests beyond a provider's ``max_concurrency`` in flight get a
 429 without consuming draws.
 
+Prompt caches
+    A successful answer reports ``usage.prompt_tokens_details.cached_tokens`` for the
+    longest prefix of its messages the provider answered in the last five minutes, from
+    1,024 tokens (``prompt_cache``): what cache affinity follows.
+
 Modules: ``models`` (the table, ``draw``), ``server`` (:class:`SimulatedProviders`),
-``openai_format`` (request parsing, response bodies), ``providers_file``
-(``providers.yaml`` for the router). Their public names are re-exported here.
+``openai_format`` (request parsing, response bodies), ``prompt_cache``, ``providers_file``
+(``providers.yaml`` for the router, with what the embedded stack shows: ``showcase``).
+Their public names are re-exported here.
 """
 
 from __future__ import annotations

@@ -42,6 +42,11 @@ class SimulatedModel:
     weight_initial: float
     p95_latency_baseline_ms: float
     timeout_ms: int
+    #: What the showcase adds (app/embedded/simulated/providers_file.py): the price of
+    #: prompt-cache reads (USD per 1M tokens; providers charge a tenth or a quarter of the
+    #: input price) and a quality prior (the auto router's capability, 0-1).
+    cost_per_mtok_cached_input: float | None = None
+    quality_prior: float | None = None
     #: ``embeddings``: it serves ``/v1/embeddings`` (vectors from a hash of each text:
     #: app/embedded/simulated/embeddings.py), declared ``kind: embeddings``.
     kind: Literal["chat", "embeddings"] = "chat"
@@ -59,23 +64,24 @@ class SimulatedModel:
         return math.exp(self.mu + Z99 * self.sigma)
 
 
-#: The reference providers: latency, success, RPM, prices and limits.
+#: The reference providers: latency, success, RPM, prices and limits; then the
+#: showcase's cached-input price and quality prior.
 SEED_003_MODELS: tuple[SimulatedModel, ...] = (
     SimulatedModel(
         "openai-gpt-4.1", "gpt-4.1", 720, 850, 1240, 0.9982, 1800,
-        3.00, 8.00, 200, 0.50, 850, 12_000,
+        3.00, 8.00, 200, 0.50, 850, 12_000, 0.75, 0.88,
     ),
     SimulatedModel(
         "anthropic-claude-sonnet-4.5", "claude-sonnet-4.5", 980, 1100, 1680, 0.9991, 1200,
-        3.00, 15.00, 150, 0.25, 1100, 15_000,
+        3.00, 15.00, 150, 0.25, 1100, 15_000, 0.30, 0.92,
     ),
     SimulatedModel(
         "gemini-2.5-flash", "gemini-2.5-flash", 310, 380, 540, 0.9965, 3500,
-        0.30, 2.50, 400, 0.15, 380, 8_000,
+        0.30, 2.50, 400, 0.15, 380, 8_000, 0.075, 0.75,
     ),
     SimulatedModel(
         "deepseek-v3.2", "deepseek-v3.2", 540, 620, 890, 0.9940, 2400,
-        0.27, 0.42, 300, 0.10, 620, 10_000,
+        0.27, 0.42, 300, 0.10, 620, 10_000, 0.027, 0.70,
     ),
 )  # fmt: skip
 

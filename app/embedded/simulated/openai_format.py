@@ -16,11 +16,12 @@ CANNED_COMPLETION = "This is a simulated reply from {model}. No model was run."
 
 def estimate_prompt_tokens(messages: Sequence[Any]) -> int:
     """chars/4 over every message's text content, at least 1."""
-    chars = sum(len(_message_text(m)) for m in messages)
+    chars = sum(len(message_text(m)) for m in messages)
     return max(1, chars // 4)
 
 
-def _message_text(message: Any) -> str:
+def message_text(message: Any) -> str:
+    """A message's text: its string content, or its text parts joined."""
     if not isinstance(message, Mapping):
         return ""
     content = message.get("content")
@@ -41,7 +42,16 @@ def completion_body(
     completion_tokens: int,
     finish_reason: str,
     content: str | None = None,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
+    """A chat completion; ``cached_tokens`` > 0: OpenAI's ``prompt_tokens_details``."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     return {
         "id": f"chatcmpl-sim-{uuid.uuid4().hex[:24]}",
         "object": "chat.completion",
@@ -57,11 +67,7 @@ def completion_body(
                 "finish_reason": finish_reason,
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage,
     }
 
 

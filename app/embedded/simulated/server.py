@@ -39,6 +39,7 @@ from app.embedded.simulated.openai_format import (
     server_error_response,
     unknown_provider_response,
 )
+from app.embedded.simulated.prompt_cache import PromptCache
 from app.embedded.simulated.streaming import (
     FIRST_TOKEN_SHARE,
     StreamedAnswer,
@@ -70,6 +71,9 @@ class ProviderStats:
     server_errors: int = 0
     rate_limited: int = 0
     concurrency_rejected: int = 0
+    #: Successful answers that read the provider's prompt cache, and the tokens read.
+    cache_reads: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass
@@ -79,6 +83,8 @@ class _Provider:
     override: ProviderOverride = field(default_factory=ProviderOverride)
     stats: ProviderStats = field(default_factory=ProviderStats)
     in_flight: int = 0
+    #: Prefixes of the prompts it answered (app/embedded/simulated/prompt_cache.py).
+    cache: PromptCache = field(default_factory=PromptCache)
 
 
 class SimulatedProviders:
@@ -225,6 +231,7 @@ class SimulatedProviders:
         for pid, provider in self._providers.items():
             provider.rng = provider_rng(self.seed, pid)
             provider.stats = ProviderStats()
+            provider.cache.clear()
 
     # -- request handling ----------------------------------------------------------
 
@@ -328,8 +335,12 @@ class SimulatedProviders:
             provider.stats.server_errors += 1
             return server_error_response("simulated upstream failure")
         provider.stats.ok += 1
+        cached = provider.cache.serve(messages)
+        if cached:
+            provider.stats.cache_reads += 1
+            provider.stats.cached_tokens += cached
         text = override.reply_text
-        return self._success(provider.model.model, messages, max_tokens, latency_ms, text)
+        return self._success(provider.model.model, messages, max_tokens, latency_ms, text, cached)
 
     def _success(
         self,
@@ -338,12 +349,16 @@ class SimulatedProviders:
         max_tokens: int,
         latency_ms: float,
         text: str | None = None,
+        cached_tokens: int = 0,
     ) -> web.Response:
         completion = min(self.completion_tokens, max_tokens)
         finish = "length" if max_tokens < self.completion_tokens else "stop"
         # A judge request gets a parsable score.
         content = text or judge_reply(messages) or CANNED_COMPLETION.format(model=model)
-        body = completion_body(model, estimate_prompt_tokens(messages), completion, finish, content)
+        prompt = estimate_prompt_tokens(messages)
+        body = completion_body(
+            model, prompt, completion, finish, content, min(cached_tokens, prompt)
+        )
         headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
         return web.json_response(body, headers=headers)
 

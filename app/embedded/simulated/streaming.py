@@ -43,7 +43,7 @@ class StreamedAnswer:
     model: str
     content: str
     finish_reason: str
-    usage: dict[str, int]
+    usage: dict[str, Any]
     include_usage: bool
     #: Seconds from the first content piece to the last (already time-scaled).
     spread_s: float
