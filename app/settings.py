@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     #: Fernet key (``switchyard credentials new-key``). Never logged.
     credentials_key: SecretStr | None = None
     #: A worker stopped by SIGTERM or SIGINT commits what it can, then exits this long after
-    #: the signal whatever the broker's state (app/embedded/lifetime.py).
+    #: the signal whatever the broker's state (app/lifetime.py).
     shutdown_timeout_s: float = Field(default=7.0, gt=0.0, le=300.0)
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0

@@ -21,9 +21,9 @@ import yaml
 
 from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent
 from app.embedded.stack import EmbeddedStack
 from app.gateway.run import LOCAL_KEY, add_local_key
+from app.lifetime import die_with_parent
 from bench.gateway_mock import MODEL
 
 

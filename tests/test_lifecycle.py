@@ -17,8 +17,8 @@ import httpx
 import pytest
 from up_helpers import Command, descendants, wait_gone, wait_ready
 
-from app.embedded.lifetime import DEADLINE_EXIT_CODE
 from app.embedded.stack import EmbeddedStack, Worker
+from app.lifetime import DEADLINE_EXIT_CODE
 from app.settings import Settings
 
 pytestmark = pytest.mark.broker

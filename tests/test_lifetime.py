@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.embedded.lifetime import DEADLINE_EXIT_CODE
+from app.lifetime import DEADLINE_EXIT_CODE
 
 pytestmark = pytest.mark.broker
 
@@ -47,7 +47,7 @@ def test_a_broker_dies_with_the_process_that_started_it() -> None:
 
 BLOCKED = """
 import threading, time
-from app.embedded.lifetime import exit_after
+from app.lifetime import exit_after
 exit_after(0.3, "test deadline")
 exit_after(60, "a second call changes nothing")
 threading.Event().wait()  # blocked for good, as a loop waiting on a stopped broker

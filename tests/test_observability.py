@@ -31,8 +31,8 @@ from stack_helpers import chat, collect, publish, warm_up
 
 from app import metrics
 from app.embedded.broker import EmbeddedBroker, free_port
-from app.embedded.lifetime import die_with_parent
 from app.embedded.stack import EmbeddedStack
+from app.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "ops/grafana/dashboards/switchyard.json"

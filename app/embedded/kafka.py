@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from app.embedded.broker import BrokerProcess, free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent
+from app.lifetime import die_with_parent
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient

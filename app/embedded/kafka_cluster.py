@@ -39,7 +39,7 @@ from app.embedded.kafka import (
     server_command,
     spawn_jvm,
 )
-from app.embedded.lifetime import Started, die_with_parent, stop_process
+from app.lifetime import Started, die_with_parent, stop_process
 
 if TYPE_CHECKING:
     from aiokafka.admin import AIOKafkaAdminClient

