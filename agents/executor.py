@@ -37,7 +37,8 @@ from agents.app import (
 )
 from agents.judge import read_judgement, request_judgement
 from app import metrics
-from app.config.schema import Credential, Guardrails, ModelSpec, ProviderConfig, RoutingConfig
+from app.config.providers import ModelSpec, ProviderConfig
+from app.config.schema import Credential, Guardrails, RoutingConfig
 from app.contract import (
     REGION_NOT_SERVED,
     ChatRequest,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-    from app.config.schema import ProviderConfig
+    from app.config.providers import ProviderConfig
     from app.embedded.local_model import LocalModelOptions
 
 THRESHOLDS = (0.5, 0.75, 0.9)
@@ -131,7 +131,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 async def _send_all(
     base_url: str, options: LocalModelOptions, prompts: list[str], args: argparse.Namespace
 ) -> list[Sample]:
-    from app.config.schema import ProviderConfig
+    from app.config.providers import ProviderConfig
     from app.embedded.local_model import MODEL_NAME
     from app.embedded.local_providers import provider_entry
     from app.execution.http import make_client

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.config.schema import ModelSpec, ProviderConfig, RouteConfig, RoutingConfig, deployment_id
+from app.config.providers import ModelSpec, ProviderConfig, deployment_id
+from app.config.schema import RouteConfig, RoutingConfig
 from app.contract import (
     ChatMessage,
     ChatRequest,

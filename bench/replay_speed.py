@@ -53,7 +53,8 @@ from app.audit.log_texts import REPLAY_STREAMS, read_export_texts
 from app.audit.replay import ReplayReport, rederive, replay
 from app.audit.replay_parallel import FoldPool, Timings
 from app.audit.synthetic import Profile, synthetic_log
-from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig
+from app.config.providers import ProviderConfig
+from app.config.schema import RouteConfig, RoutingConfig
 from app.contract import StatusClass
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy

@@ -151,7 +151,7 @@ def _outage_window(steps: list[dict[str, Any]]) -> tuple[float, float]:
 
 async def steady(args: argparse.Namespace, mocks: Mocks, routes: list[str]) -> dict[str, Any]:
     from app.client import all_answered, read_topics
-    from app.config.schema import deployment_id
+    from app.config.providers import deployment_id
     from bench.throughput.workload import MOCK_MODEL
 
     env = {"CB_TIMEOUT_S": f"{args.breaker_timeout_s:g}"}

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.config.schema import ProviderConfig, RouteConfig, RoutingConfig, deployment_id
+from app.config.providers import ProviderConfig, deployment_id
+from app.config.schema import RouteConfig, RoutingConfig
 from app.contract import (
     AttemptFinished,
     ChatMessage,

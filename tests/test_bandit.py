@@ -21,7 +21,7 @@ from factories import (
     route_state,
 )
 
-from app.config.schema import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
+from app.config.providers import DEFAULT_COST_PER_1M, SEED_COST_PER_1M
 from app.contract import AttemptFinished, RequestAccepted, StatusClass
 from app.routing import bandit
 from app.routing.feedback import apply_outcome

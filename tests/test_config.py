@@ -10,7 +10,8 @@ import pytest
 import yaml
 from factories import SECRET, params, provider
 
-from app.config.schema import ConfigError, RoutingConfig, deployment_id, parse_config
+from app.config.providers import deployment_id
+from app.config.schema import ConfigError, RoutingConfig, parse_config
 from app.policy.files import load_config
 from app.routing.policy import Policy
 

@@ -17,7 +17,8 @@ import pytest
 from factories import fold, params
 
 from app.audit.export import redact_record
-from app.config.schema import ConfigError, ProviderConfig, RoutingConfig, parse_config
+from app.config.providers import ProviderConfig
+from app.config.schema import ConfigError, RoutingConfig, parse_config
 from app.contract import ChatRequest, DeadLetter, LogPosition, RequestAccepted, StatusClass
 from app.embedded.simulated import EMBEDDING_MODELS, SEED_003_MODELS, SimulatedProviders
 from app.embedded.simulated.embeddings import (

@@ -16,7 +16,8 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from factories import accepted_request, decision_for, dispatch_for
 
-from app.config.schema import ModelSpec, ProviderConfig, parse_config
+from app.config.providers import ModelSpec, ProviderConfig
+from app.config.schema import parse_config
 from app.contract import (
     AttemptFinished,
     Candidate,

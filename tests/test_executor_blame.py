@@ -19,7 +19,7 @@ import pytest
 from factories import accepted_request, decision_for, dispatch_for
 
 import agents.executor as executor
-from app.config.schema import ModelSpec, ProviderConfig
+from app.config.providers import ModelSpec, ProviderConfig
 from app.contract import ChatMessage, ChatRequest, Dispatch, StatusClass
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)

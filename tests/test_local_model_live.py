@@ -22,7 +22,7 @@ import pytest
 import yaml
 from stack_helpers import collect, publish
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import ChatMessage, ChatRequest, StatusClass
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.local_model import MODEL_NAME, LocalModelServer, missing_reason

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config.schema import ModelSpec, ProviderConfig
+from app.config.providers import ModelSpec, ProviderConfig
 from app.contract import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import call_provider
 from app.execution.stream import stream_provider

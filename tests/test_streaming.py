@@ -11,7 +11,7 @@ from factories import provider as make_provider
 from llmock.scenarios import StreamFault
 from llmock.testing import LLMockServer
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import ChatMessage, ChatRequest, StatusClass
 from app.execution.call import CallResult
 from app.execution.http import make_client

@@ -18,7 +18,7 @@ from factories import provider as make_provider
 from gateway_factories import stream_delta
 
 from app.audit.streams import answer_of, reassemble
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import ChatMessage, ChatRequest, ErrorBody, Response, StatusClass, StreamDelta
 from app.embedded.simulated import SimulatedProviders
 from app.execution.deltas import DeltaPublisher

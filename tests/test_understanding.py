@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from factories import provider
 
-from app.config.schema import deployment_id
+from app.config.providers import deployment_id
 from app.contract import ChatMessage, ChatRequest
 from app.understanding.domains import (
     DOMAIN_ORDER,

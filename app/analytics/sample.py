@@ -19,7 +19,8 @@ import orjson
 
 from app.audit.log import Entry, RecordedLog, parse
 from app.audit.synthetic import Profile, synthetic_log
-from app.config.schema import ProviderConfig, RoutingConfig
+from app.config.providers import ProviderConfig
+from app.config.schema import RoutingConfig
 from app.contract import (
     AttemptFinished,
     Decision,

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import httpx
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.cache_marks import without_cache_marks
 from app.execution.embeddings import embeddings_body, embeddings_url, read_embeddings

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import ChatMessage, ChatRequest, StatusClass, refusal_code
 from app.execution.deltas import DeltaPublisher
 from app.execution.outcome import CallResult

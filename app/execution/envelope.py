@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import RESPONSE_TOO_LARGE, Dispatch, Outcome, Response, StatusClass
 from app.execution.outcome import CallResult, finish
 from app.routing.answers import answers, success_response

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import (
     CONTEXT_LENGTH_EXCEEDED,
     REGION_NOT_SERVED,

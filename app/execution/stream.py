@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import CONTENT_POLICY_VIOLATION, ChatRequest, StatusClass
 from app.execution.call import (
     ERROR_FINISH_REASONS,

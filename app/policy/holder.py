@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from app.config.schema import ProviderConfig, RoutingConfig
+from app.config.providers import ProviderConfig
+from app.config.schema import RoutingConfig
 from app.policy.document import with_local_keys
 from app.policy.files import load_config
 from app.policy.log import PolicyFollower

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from app.config.auto import AUTO_MODEL, AutoConfig
-from app.config.schema import ProviderConfig, deployment_id
+from app.config.providers import ProviderConfig, deployment_id
 from app.contract import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.contract.mode import RoutingMode
 from app.routing import context, estimates

@@ -18,7 +18,8 @@ from collections.abc import Collection, Hashable
 from dataclasses import dataclass, replace
 from typing import cast
 
-from app.config.schema import ProviderConfig, ProviderLists, TenantPolicy, deployment_id
+from app.config.providers import ProviderConfig, deployment_id
+from app.config.schema import ProviderLists, TenantPolicy
 from app.contract import AutoTrace, Candidate, ErrorBody, Exclusion, RequestAccepted
 from app.routing import breaker
 from app.routing.capabilities import needs_of, unable

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import cast
 
-from app.config.schema import ModelSpec
+from app.config.providers import ModelSpec
 from app.contract import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState, RouteState, evolve_arm

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.config.schema import ProviderConfig, TenantPolicy
+from app.config.providers import ProviderConfig
+from app.config.schema import TenantPolicy
 from app.contract import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.presets import applying

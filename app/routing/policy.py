@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from app.config.schema import ProviderConfig, RoutingConfig, deployment_id
+from app.config.providers import ProviderConfig, deployment_id
+from app.config.schema import RoutingConfig
 from app.routing.breaker import BreakerParams
 from app.routing.params import BreakerMode, RoutingParams
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import cast
 
-from app.config.schema import deployment_id
+from app.config.providers import deployment_id
 from app.contract import ErrorBody, Exclusion, RequestAccepted
 from app.routing.policy import Arm, Policy
 from app.routing.state import ArmState

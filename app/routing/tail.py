@@ -27,7 +27,7 @@ neutral (1).
 
 from __future__ import annotations
 
-from app.config.schema import ModelSpec
+from app.config.providers import ModelSpec
 from app.routing.capabilities import Needs
 
 #: The quantile the tail tracker follows.

@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.config.schema import ProviderConfig, deployment_id
+from app.config.providers import ProviderConfig, deployment_id
 from app.contract.features import DOMAIN_ORDER as DOMAIN_ORDER  # the names, in the contract
 from app.contract.features import DomainMatch as DomainMatch  # the model, in the contract
 from app.understanding.patterns import CODE_SYNTAX_TABLE, DOMAIN_TABLE

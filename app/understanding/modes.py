@@ -122,7 +122,7 @@ class ModelRef:
 
     @property
     def deployment(self) -> str | None:
-        """``provider:model`` of a pinned id (as ``app.config.schema.deployment_id`` builds)."""
+        """``provider:model`` of a pinned id (as ``app.config.providers.deployment_id`` builds)."""
         if self.provider is None or self.model is None:
             return None
         return f"{self.provider}:{self.model}"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.config.schema import deployment_id
+from app.config.providers import deployment_id
 from app.contract import AttemptFinished, Outcome, RequestAccepted
 from app.routing import breaker
 from app.routing.fold import backoff_s, deadline_of, epoch

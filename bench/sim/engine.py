@@ -31,7 +31,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import (
     AttemptFinished,
     Decision,

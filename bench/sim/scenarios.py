@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from app.config.schema import RoutingConfig, deployment_id
+from app.config.providers import deployment_id
+from app.config.schema import RoutingConfig
 from app.embedded.simulated import SEED_003_MODELS, SimulatedModel, providers_config
 from bench.sim.world import (
     AcceptanceStep,

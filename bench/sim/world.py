@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from app.config.schema import ProviderConfig, RoutingConfig, deployment_id
+from app.config.providers import ProviderConfig, deployment_id
+from app.config.schema import RoutingConfig
 from app.contract import StatusClass
 from app.embedded.simulated import (
     DEFAULT_RATE_LIMIT_SHARE,

@@ -13,7 +13,7 @@ from aiohttp import web
 from factories import accepted_request, decision_for, dispatch_for
 from pydantic import SecretStr
 
-from app.config.schema import ModelSpec, ProviderConfig
+from app.config.providers import ModelSpec, ProviderConfig
 from app.contract import ChatMessage, ChatRequest, Dispatch
 
 KEY = "fake-test-9f3c1d7e-SECRET"

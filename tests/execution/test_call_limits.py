@@ -27,7 +27,7 @@ from call_helpers import (
     script,
 )
 
-from app.config.schema import ProviderConfig
+from app.config.providers import ProviderConfig
 from app.contract import StatusClass
 from app.execution.call import call_provider
 from app.execution.outcome import is_final, retriable

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from factories import T0, accepted, outcome
 
-from app.config.schema import ModelSpec, ProviderConfig
+from app.config.providers import ModelSpec, ProviderConfig
 from app.contract import ChatMessage, ChatRequest, Decision, Dispatch, StatusClass, StreamDelta
 from app.execution.continuation import forget_learnt, stream_on
 from app.execution.deltas import DeltaPublisher
