@@ -107,6 +107,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_switch(models: dict[str, tuple[str, str]], otherwise: str) -> dict[str, Any]:
+    """The nodes of a dynamic route that sends a request for each model of ``models`` to its
+    (target route, fallback model), asking ``is-{model}`` one after the other from the first,
+    and any other request to ``otherwise`` (node ``plain``)."""
+    names = list(models)
+    nodes: dict[str, Any] = {}
+    for index, name in enumerate(names):
+        target, fallback = models[name]
+        nodes[f"is-{name}"] = {
+            "kind": "condition",
+            "when": {"model": name},
+            "true": f"to-{name}",
+            "false": f"is-{names[index + 1]}" if index + 1 < len(names) else "plain",
+        }
+        nodes[f"to-{name}"] = {"kind": "model", "target": target, "fallback_models": [fallback]}
+    nodes["plain"] = {"kind": "model", "target": otherwise}
+    return nodes
+
+
 def providers_yaml(
     base_url: str, scenarios: list[str], timeout_ms: int, *, fallback_prefill: bool = False
 ) -> str:
@@ -128,21 +147,7 @@ def providers_yaml(
         provider(f, f.removeprefix("fb-"), f, fallback_prefill or f != FALLBACK) for f in fallbacks
     ]
     routes = {s: {"providers": [s]} for s in [*scenarios, *fallbacks]}
-    nodes: dict[str, Any] = {}
-    for index, scenario in enumerate(scenarios):
-        following = f"is-{scenarios[index + 1]}" if index + 1 < len(scenarios) else "plain"
-        nodes[f"is-{scenario}"] = {
-            "kind": "condition",
-            "when": {"model": scenario},
-            "true": f"to-{scenario}",
-            "false": following,
-        }
-        nodes[f"to-{scenario}"] = {
-            "kind": "model",
-            "target": scenario,
-            "fallback_models": [fallback_of(scenario)],
-        }
-    nodes["plain"] = {"kind": "model", "target": FALLBACK}
+    nodes = model_switch({s: (s, fallback_of(s)) for s in scenarios}, FALLBACK)
     graph = {"bind": [{"api_key": KEY_NAME}], "start": f"is-{scenarios[0]}", "nodes": nodes}
     document = {
         "providers": providers,
