@@ -9,15 +9,19 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Self
 
 import httpx
+import openai
 from aiohttp import web
 
 from app.client import RequestPublisher, TopicFollower
 from app.embedded.stack import EmbeddedStack
 from app.gateway.run import RunningGateway, start_gateway
+from bench.fault_provider import FaultOptions, FaultProvider, start
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MALFORMED: list[tuple[bytes, str]] = [
     (b"{not json", "not_json"),
@@ -158,36 +162,166 @@ async def switchyard(stack: EmbeddedStack, *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout.decode()
 
 
+def new_stack(broker: Any, prefix: str, **options: Any) -> EmbeddedStack:
+    """An embedded stack on topics of its own (namespace ``prefix`` + 8 hex digits)."""
+    return EmbeddedStack(broker=broker, namespace=f"{prefix}{uuid.uuid4().hex[:8]}", **options)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    broker: Any, prefix: str, *, workers: int = 1, warm: bool = False, **options: Any
+) -> AsyncIterator[EmbeddedStack]:
+    """:func:`new_stack` started with ``workers`` workers (``warm``: until it answers a
+    request) and stopped at the end."""
+    stack = new_stack(broker, prefix, **options)
+    try:
+        await stack.start(workers=workers)
+        if warm:
+            await warm_up(stack)
+        yield stack
+    finally:
+        await stack.stop()
+
+
+@contextlib.asynccontextmanager
+async def gateway_in_front(
+    stack: EmbeddedStack, update: dict[str, Any] | None = None
+) -> AsyncIterator[RunningGateway]:
+    """A gateway in front of ``stack`` (its settings with ``update``), stopped at the end."""
+    gateway = await start_gateway(stack.gateway_settings().model_copy(update=update or {}))
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+@contextlib.asynccontextmanager
+async def stack_and_gateway(
+    broker: Any,
+    prefix: str,
+    *,
+    gateway: dict[str, Any] | None = None,
+    **options: Any,
+) -> AsyncIterator[tuple[EmbeddedStack, RunningGateway]]:
+    """A one-worker :func:`running_stack` and a gateway in front (its settings with
+    ``gateway``); both stopped at the end."""
+    async with (
+        running_stack(broker, prefix, **options) as stack,
+        gateway_in_front(stack, gateway) as running,
+    ):
+        yield stack, running
+
+
+class LocalServer:
+    """An aiohttp app on 127.0.0.1 (a free port) answering POST ``routes`` (path, handler);
+    ``url`` is its base URL once started."""
+
+    def __init__(self, routes: Sequence[tuple[str, Handler]]) -> None:
+        self.routes = list(routes)
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> Self:
+        app = web.Application()
+        for path, handler in self.routes:
+            app.router.add_post(path, handler)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def fault_provider(options: FaultOptions) -> AsyncIterator[str]:
+    """bench/fault_provider.py's provider on 127.0.0.1, stopped at the end: its base URL."""
+    runner, port = await start(FaultProvider(options))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def fault_scenario(base_url: str, scenario: str, **extra: Any) -> dict[str, Any]:
+    """A providers-file entry for one scenario of the :func:`fault_provider` at ``base_url``
+    (id: the scenario's name with dashes); a stalled stream is noticed in a second."""
+    return {
+        "id": scenario.replace("_", "-"),
+        "base_url": f"{base_url}/{scenario}/v1",
+        "timeout_ms": 20_000,
+        "stream_idle_timeout_ms": 1_000,
+        "models": [{"name": scenario}],
+        **extra,
+    }
+
+
 @contextlib.asynccontextmanager
 async def provider_and_gateway(
     broker: Any,
     routes: list[tuple[str, Any]],
     providers_yaml: Callable[[str], str],
     env: dict[str, str] | None = None,
+    gateway: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[EmbeddedStack, RunningGateway]]:
     """A provider serving ``routes`` (POST path, handler) on 127.0.0.1, a one-worker stack
-    routing to it by ``providers_yaml(its base URL)``, and a gateway in front; all stopped
-    at the end."""
-    app = web.Application()
-    for path, handler in routes:
-        app.router.add_post(path, handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"p{uuid.uuid4().hex[:8]}",
-        providers_yaml=lambda _: providers_yaml(base_url),
-        env=env,
-    )
+    routing to it by ``providers_yaml(its base URL)``, and a gateway in front (its settings
+    with ``gateway``); all stopped at the end."""
+    provider = await LocalServer(routes).start()
     try:
-        await stack.start(workers=1)
-        gateway = await start_gateway(stack.gateway_settings())
-        try:
-            yield stack, gateway
-        finally:
-            await gateway.stop()
+        async with stack_and_gateway(
+            broker,
+            "p",
+            providers_yaml=lambda _: providers_yaml(provider.url),
+            env=env,
+            gateway=gateway,
+        ) as running:
+            yield running
     finally:
-        await stack.stop()
-        await runner.cleanup()
+        await provider.stop()
+
+
+async def wait_ready(url: str, tries: int) -> None:
+    """Until ``url``'s ``/readyz`` answers 200, ``tries`` times 0.1 s apart at the most."""
+    async with httpx.AsyncClient() as http:
+        for _ in range(tries):
+            try:
+                if (await http.get(f"{url}/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("gateway not ready")
+
+
+async def warm_up_gateway(
+    url: str,
+    key: str,
+    asks: Sequence[tuple[str, Any]],
+    *,
+    tries: int,
+    errors: type[Exception] = openai.APIError,
+    pause_s: float = 0.0,
+    timeout: float | None = None,
+) -> None:
+    """Until the worker has joined, requests wait in the log: ask the gateway at ``url``
+    every (model, messages) of ``asks`` until all are answered, at most ``tries`` times,
+    ``pause_s`` apart after each of ``errors``."""
+    client = openai.AsyncOpenAI(
+        base_url=f"{url}/v1",
+        api_key=key,
+        max_retries=0,
+        timeout=openai.DEFAULT_TIMEOUT if timeout is None else timeout,
+    )
+    for _ in range(tries):
+        try:
+            for model, messages in asks:
+                await client.chat.completions.create(model=model, messages=messages)
+            break
+        except errors:
+            if pause_s:
+                await asyncio.sleep(pause_s)
+    await client.close()

@@ -3,13 +3,12 @@ request."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import yaml
-from stack_helpers import collect, publish, warm_up
+from stack_helpers import collect, publish, running_stack
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
@@ -30,19 +29,9 @@ def with_policy(sim: SimulatedProviders) -> str:
 
 @pytest.fixture
 async def policy_stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
-    running = EmbeddedStack(
-        broker=broker,
-        namespace=f"p{uuid.uuid4().hex[:8]}",
-        time_scale=0.05,
-        seed=5,
-        providers_yaml=with_policy,
-    )
-    await running.start()
-    try:
-        await warm_up(running)
+    options = {"time_scale": 0.05, "seed": 5, "providers_yaml": with_policy}
+    async with running_stack(broker, "p", warm=True, **options) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 def ask(request_id: str, text: str, **fields: Any) -> dict[str, Any]:

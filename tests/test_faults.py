@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from stack_helpers import bandit_stats, chat, publish, total_pulls, warm_up
+from stack_helpers import bandit_stats, chat, publish, running_stack, total_pulls
 
 from app.client import TopicFollower
 from app.embedded.broker import EmbeddedBroker
@@ -31,19 +30,9 @@ VICTIM_DEPLOYMENT = "gemini-2.5-flash:gemini-2.5-flash"
 @pytest.fixture
 async def faulty(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
     """A stack whose breaker reopens for probes after 2 s, with a tick every second."""
-    running = EmbeddedStack(
-        broker=broker,
-        namespace=f"f{uuid.uuid4().hex[:8]}",
-        time_scale=0.05,
-        seed=3,
-        env={"CB_TIMEOUT_S": "2", "SWITCHYARD_TICK_INTERVAL_S": "1"},
-    )
-    await running.start(workers=1)
-    try:
-        await warm_up(running)
+    env = {"CB_TIMEOUT_S": "2", "SWITCHYARD_TICK_INTERVAL_S": "1"}
+    async with running_stack(broker, "f", warm=True, time_scale=0.05, seed=3, env=env) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 class Log:
@@ -100,6 +89,16 @@ async def check_invariants(stack: EmbeddedStack, log: Log, ids: list[str]) -> No
     assert pulls == len(outcome_ids)
 
 
+async def answered_log(stack: EmbeddedStack, ids: list[str], per_second: float) -> Log:
+    """``ids`` sent at ``per_second``, then read back until each is answered (within 60 s),
+    the invariants checked."""
+    await send_paced(stack, ids, per_second)
+    log = Log()
+    await log.read(stack, set(ids), timeout_s=60)
+    await check_invariants(stack, log, ids)
+    return log
+
+
 def victim_share(log: Log, stack: EmbeddedStack, ids: list[str]) -> float:
     chosen = [
         d["deployment"] for d in log.records[stack.topics.decisions] if d["request_id"] in ids
@@ -110,10 +109,7 @@ def victim_share(log: Log, stack: EmbeddedStack, ids: list[str]) -> float:
 async def test_outage_then_recovery(faulty: EmbeddedStack) -> None:
     faulty.providers.set_outage(VICTIM)
     during = [f"out-{i}" for i in range(80)]
-    await send_paced(faulty, during, per_second=40)
-    log = Log()
-    await log.read(faulty, set(during), timeout_s=60)
-    await check_invariants(faulty, log, during)
+    log = await answered_log(faulty, during, per_second=40)
     assert all(
         r["status"] == "ok"
         for r in log.records[faulty.topics.responses]
@@ -146,11 +142,7 @@ async def test_rate_limit_with_retry_after_throttles_without_tripping(
     faulty: EmbeddedStack,
 ) -> None:
     faulty.providers.set_rate_limited(VICTIM, retry_after_s=5.0)
-    ids = [f"rl-{i}" for i in range(60)]
-    await send_paced(faulty, ids, per_second=30)
-    log = Log()
-    await log.read(faulty, set(ids), timeout_s=60)
-    await check_invariants(faulty, log, ids)
+    log = await answered_log(faulty, [f"rl-{i}" for i in range(60)], per_second=30)
     limited = [
         o
         for o in log.records[faulty.topics.outcomes]
@@ -176,10 +168,7 @@ async def test_timeouts_and_malformed_bodies_fall_back(faulty: EmbeddedStack, fa
     else:
         faulty.providers.set_malformed(VICTIM)
     ids = [f"{fault}-{i}" for i in range(40)]
-    await send_paced(faulty, ids, per_second=30)
-    log = Log()
-    await log.read(faulty, set(ids), timeout_s=60)
-    await check_invariants(faulty, log, ids)
+    log = await answered_log(faulty, ids, per_second=30)
     answered = [r for r in log.records[faulty.topics.responses] if r["request_id"] in ids]
     assert all(r["status"] == "ok" for r in answered)
     expected = "timeout" if fault == "hang" else "bad_response"

@@ -20,6 +20,7 @@ import openai
 import pytest
 import yaml
 from aiohttp import web
+from stack_helpers import LocalServer, stack_and_gateway, wait_ready, warm_up_gateway
 
 from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.simulated import SimulatedProviders
@@ -46,30 +47,14 @@ WEATHER_TOOL = {
 }
 
 
-class MockProvider:
+class MockProvider(LocalServer):
     """An OpenAI-compatible provider: a tool call when asked with tools; ``[slow]`` waits
     1.5 s, ``[veryslow]`` 5 s; route ``failing`` (path /broken) always answers 500."""
 
     def __init__(self) -> None:
+        routes = [("/ok/v1/chat/completions", self._chat)]
+        super().__init__([*routes, ("/broken/v1/chat/completions", self._broken)])
         self.bodies: list[dict[str, Any]] = []
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-
-    async def start(self) -> MockProvider:
-        app = web.Application()
-        app.router.add_post("/ok/v1/chat/completions", self._chat)
-        app.router.add_post("/broken/v1/chat/completions", self._broken)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self.runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -145,38 +130,20 @@ class Env:
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
     mock = await MockProvider().start()
-    namespace = f"g{uuid.uuid4().hex[:8]}"
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=namespace,
-        time_scale=0.05,
-        seed=1,
-        providers_yaml=_providers_yaml(mock),
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "4"},
-    )
-    await stack.start(workers=1)
-    settings = stack.gateway_settings().model_copy(update={"gateway_body_timeout_s": 1.0})
-    gateway = await start_gateway(settings)
+    options = {"time_scale": 0.05, "seed": 1, "providers_yaml": _providers_yaml(mock)}
+    env = {"SWITCHYARD_REQUEST_DEADLINE_S": "4"}
+    gateway_settings = {"gateway_body_timeout_s": 1.0}
     try:
-        await _warm_up(gateway.url)
-        yield Env(stack, gateway, mock)
+        async with stack_and_gateway(broker, "g", gateway=gateway_settings, env=env, **options) as (
+            stack,
+            gateway,
+        ):
+            # Until the worker has joined, requests wait in the log past the 4 s deadline.
+            asks = [("chat", HELLO), ("tools", HELLO)]
+            await warm_up_gateway(gateway.url, KEY, asks, tries=30, errors=openai.APIStatusError)
+            yield Env(stack, gateway, mock)
     finally:
-        await gateway.stop()
-        await stack.stop()
         await mock.stop()
-
-
-async def _warm_up(url: str) -> None:
-    """Until the worker has joined, requests wait in the log past the 4 s deadline."""
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
-    for _ in range(30):
-        try:
-            await client.chat.completions.create(model="chat", messages=HELLO)
-            await client.chat.completions.create(model="tools", messages=HELLO)
-            break
-        except openai.APIStatusError:
-            continue
-    await client.close()
 
 
 def _run(env: Env, **kwargs: Any) -> Any:
@@ -361,7 +328,7 @@ async def test_answer_survives_a_killed_gateway_and_is_found_by_id(env: Env) -> 
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        await _wait_ready(url)
+        await wait_ready(url, tries=100)
         request_id = f"survive-{uuid.uuid4().hex[:8]}"
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY_ACME, max_retries=0)
         slow = [{"role": "user", "content": "[slow] survive"}]
@@ -378,18 +345,6 @@ async def test_answer_survives_a_killed_gateway_and_is_found_by_id(env: Env) -> 
         doomed.kill()
         doomed.wait()
     await _found_by_id(env, request_id)
-
-
-async def _wait_ready(url: str) -> None:
-    async with httpx.AsyncClient() as http:
-        for _ in range(100):
-            try:
-                if (await http.get(f"{url}/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError("gateway not ready")
 
 
 async def _found_by_id(env: Env, request_id: str) -> None:

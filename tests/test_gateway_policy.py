@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 import yaml
-from stack_helpers import switchyard, warm_up
+from stack_helpers import gateway_in_front, running_stack, switchyard, warm_up
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
@@ -26,20 +26,13 @@ KEY = "sk-test-policy-" + "p" * 20
 
 @pytest.fixture
 async def running(broker: EmbeddedBroker) -> AsyncIterator[tuple[EmbeddedStack, RunningGateway]]:
-    stack = EmbeddedStack(broker=broker, namespace=f"g{uuid.uuid4().hex[:8]}", time_scale=0.05)
-    await stack.start()
-    document = yaml.safe_load(stack.providers_file.read_text())
-    document["gateway_keys"] = [{"sha256": hash_key(KEY), "name": "policy"}]
-    stack.providers_file.write_text(yaml.safe_dump(document))
-    try:
+    async with running_stack(broker, "g", time_scale=0.05) as stack:
+        document = yaml.safe_load(stack.providers_file.read_text())
+        document["gateway_keys"] = [{"sha256": hash_key(KEY), "name": "policy"}]
+        stack.providers_file.write_text(yaml.safe_dump(document))
         await warm_up(stack)
-        gateway = await start_gateway(stack.gateway_settings())
-        try:
+        async with gateway_in_front(stack) as gateway:
             yield stack, gateway
-        finally:
-            await gateway.stop()
-    finally:
-        await stack.stop()
 
 
 async def _answers(gateway: RunningGateway, model: str, timeout_s: float = 30.0) -> bool:

@@ -13,7 +13,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 import yaml
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from stack_helpers import provider_and_gateway, warm_up_gateway
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
@@ -121,44 +121,15 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"r{uuid.uuid4().hex[:8]}",
-        providers_yaml=lambda _: _config(base_url),
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "20"},
-    )
-    try:
-        await stack.start(workers=1)
-        # A window of one record: any lookup that relied on it would miss.
-        settings = stack.gateway_settings().model_copy(update={"gateway_lookup_window": 1})
-        gateway = await start_gateway(settings)
-        try:
-            await _warm_up(gateway)
-            yield Env(stack, gateway)
-        finally:
-            await gateway.stop()
-    finally:
-        await stack.stop()
-        await runner.cleanup()
-
-
-async def _warm_up(gateway: RunningGateway) -> None:
-    client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0)
-    for _ in range(30):
-        try:
-            await client.chat.completions.create(
-                model="chat", messages=[{"role": "user", "content": "warm"}]
-            )
-            break
-        except openai.APIStatusError:
-            await asyncio.sleep(0.5)
-    await client.close()
+    env = {"SWITCHYARD_REQUEST_DEADLINE_S": "20"}
+    # A window of one record: any lookup that relied on it would miss.
+    window = {"gateway_lookup_window": 1}
+    routes = [("/v1/chat/completions", _answer)]
+    async with provider_and_gateway(broker, routes, _config, env, window) as (stack, gateway):
+        warm = [("chat", [{"role": "user", "content": "warm"}])]
+        errors = openai.APIStatusError
+        await warm_up_gateway(gateway.url, KEY, warm, tries=30, errors=errors, pause_s=0.5)
+        yield Env(stack, gateway)
 
 
 async def test_a_response_is_created_and_retrieved(env: Env) -> None:

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,11 +38,12 @@ import openai
 import pytest
 import yaml
 from aiohttp import web
+from stack_helpers import LocalServer, new_stack, wait_ready, warm_up_gateway
 
 from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.simulated import SimulatedProviders
-from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
+from app.lifetime import stop_process
 
 pytestmark = pytest.mark.broker
 
@@ -55,28 +55,13 @@ ANSWER = "the slow provider's answer ✓"
 WARM = "[warm]"
 
 
-class SlowProvider:
+class SlowProvider(LocalServer):
     """An OpenAI-compatible provider that answers after ``PROVIDER_DELAY_S`` (at once to a
     message containing ``[warm]``), as JSON or, asked ``stream: true``, as SSE chunks."""
 
     def __init__(self) -> None:
-        self.runner: web.AppRunner | None = None
-        self.url = ""
+        super().__init__([("/v1/chat/completions", self._chat)])
         self.calls = 0
-
-    async def start(self) -> SlowProvider:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-        host, port = self.runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}/v1"
-        return self
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -112,7 +97,7 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 def _providers_yaml(provider: SlowProvider) -> Any:
     def make(_sim: SimulatedProviders) -> str:
-        entry = {"id": "slow", "base_url": provider.url, "models": [{"name": "s1"}]}
+        entry = {"id": "slow", "base_url": f"{provider.url}/v1", "models": [{"name": "s1"}]}
         entry.update(timeout_ms=60_000, max_concurrency=100)
         config = {
             "providers": [entry],
@@ -135,12 +120,8 @@ async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
     """The stack, and ``switchyard gateway`` in a process of its own, as deployed (its
     loop is not the clients')."""
     provider = await SlowProvider().start()
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"w{uuid.uuid4().hex[:8]}",
-        providers_yaml=_providers_yaml(provider),
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "60"},
-    )
+    env = {"SWITCHYARD_REQUEST_DEADLINE_S": "60"}
+    stack = new_stack(broker, "w", providers_yaml=_providers_yaml(provider), env=env)
     await stack.start(workers=1)
     port = free_port()
     process_env = stack.worker_env(99)
@@ -155,43 +136,18 @@ async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        await _wait_ready(url)
+        await wait_ready(url, tries=200)
         await _warm_up(url)
         yield Env(url, provider, log)
     finally:
-        gateway.terminate()
-        try:
-            gateway.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
-            gateway.wait()
+        stop_process(gateway, timeout_s=30)
         await stack.stop()
         await provider.stop()
 
 
-async def _wait_ready(url: str) -> None:
-    async with httpx.AsyncClient() as http:
-        for _ in range(200):
-            try:
-                if (await http.get(f"{url}/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError("gateway not ready")
-
-
 async def _warm_up(url: str) -> None:
-    """Until the worker has joined, a request waits in the log: ask until one is answered."""
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=90)
     messages = [{"role": "user", "content": f"{WARM} hello"}]
-    for _ in range(10):
-        try:
-            await client.chat.completions.create(model="slow", messages=messages)  # type: ignore[arg-type]
-            break
-        except openai.APIError:
-            continue
-    await client.close()
+    await warm_up_gateway(url, KEY, [("slow", messages)], tries=10, timeout=90)
 
 
 def _one(url: str, index: int, stream: bool, go: threading.Barrier) -> tuple[int, str]:

@@ -7,13 +7,12 @@ mismatches and every grade backed by its feedback."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import yaml
-from stack_helpers import chat, collect, publish, switchyard, watch
+from stack_helpers import chat, collect, publish, running_stack, switchyard, watch
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders
@@ -39,19 +38,9 @@ def judged_providers(sim: SimulatedProviders) -> str:
 @pytest.fixture
 async def judged_stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
     env = {"SWITCHYARD_FEEDBACK_MATCH_GRACE_S": "3", "SWITCHYARD_TICK_INTERVAL_S": "1"}
-    running = EmbeddedStack(
-        broker=broker,
-        namespace=f"t{uuid.uuid4().hex[:8]}",
-        time_scale=0.05,
-        seed=3,
-        env=env,
-        providers_yaml=judged_providers,
-    )
-    await running.start(workers=1)
-    try:
+    options = {"time_scale": 0.05, "seed": 3, "env": env, "providers_yaml": judged_providers}
+    async with running_stack(broker, "t", **options) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 def latest(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from stack_helpers import publish
+from stack_helpers import new_stack, publish
 
 from app.client import TopicFollower
 from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
@@ -197,18 +197,12 @@ async def wait_for_changelog(stack: EmbeddedStack, timeout_s: float) -> None:
 
 @pytest.fixture(scope="module")
 async def run(broker: EmbeddedBroker) -> AsyncIterator[Run]:
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"n{uuid.uuid4().hex[:8]}",
-        time_scale=2.0,
-        seed=17,
-        providers_yaml=one_at_a_time,
-        env={
-            "SWITCHYARD_ADMIN_TOKEN": TOKEN,
-            "SWITCHYARD_WEB_BUILTIN_VIEWS": "true",  # so /table/* is searched too
-            "SWITCHYARD_LOG_LEVEL": "debug",  # the most a worker ever logs
-        },
-    )
+    env = {
+        "SWITCHYARD_ADMIN_TOKEN": TOKEN,
+        "SWITCHYARD_WEB_BUILTIN_VIEWS": "true",  # so /table/* is searched too
+        "SWITCHYARD_LOG_LEVEL": "debug",  # the most a worker ever logs
+    }
+    stack = new_stack(broker, "n", time_scale=2.0, seed=17, providers_yaml=one_at_a_time, env=env)
     await stack.start()
     try:
         port = stack.workers[0].env["SWITCHYARD_WEB_PORT"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from stack_helpers import chat, collect, publish, switchyard, warm_up
+from stack_helpers import chat, collect, publish, running_stack, switchyard
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
@@ -25,13 +25,8 @@ REMOVED = "openai-gpt-4.1"
 
 @pytest.fixture
 async def stack(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
-    running = EmbeddedStack(broker=broker, namespace=f"v{uuid.uuid4().hex[:8]}", time_scale=0.05)
-    await running.start()
-    try:
-        await warm_up(running)
+    async with running_stack(broker, "v", warm=True, time_scale=0.05) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 async def history(stack: EmbeddedStack) -> list[dict[str, Any]]:

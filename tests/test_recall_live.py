@@ -10,13 +10,12 @@ answered ok — none refused for capacity.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 import yaml
-from stack_helpers import chat, collect, publish, warm_up
+from stack_helpers import chat, collect, publish, running_stack, warm_up
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
@@ -35,19 +34,10 @@ def one_at_a_time(sim: SimulatedProviders) -> str:
 
 @pytest.fixture
 async def small_memory(broker: EmbeddedBroker) -> AsyncIterator[EmbeddedStack]:
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"r{uuid.uuid4().hex[:8]}",
-        time_scale=0.05,
-        seed=3,
-        providers_yaml=one_at_a_time,
-        env={"SWITCHYARD_RECALL_MEMORY_BYTES": "2000"},  # about three requests
-    )
-    await stack.start(workers=1)
-    try:
+    env = {"SWITCHYARD_RECALL_MEMORY_BYTES": "2000"}  # about three requests
+    options = {"time_scale": 0.05, "seed": 3, "providers_yaml": one_at_a_time, "env": env}
+    async with running_stack(broker, "r", **options) as stack:
         yield stack
-    finally:
-        await stack.stop()
 
 
 async def recalls(port: str) -> float:

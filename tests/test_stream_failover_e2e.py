@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import openai
 import pytest
 import yaml
+from stack_helpers import fault_provider, fault_scenario, stack_and_gateway
 
 from app.embedded.broker import EmbeddedBroker
-from app.embedded.simulated import SimulatedProviders
-from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
-from app.gateway.run import RunningGateway, start_gateway
+from app.gateway.run import RunningGateway
 from bench.fault_answer import canonical_text
-from bench.fault_provider import FaultOptions, FaultProvider, start
+from bench.fault_provider import FaultOptions
+from bench.faults import model_switch
 
 pytestmark = pytest.mark.broker
 
@@ -33,36 +32,17 @@ FALLBACKS = {"prefill": "ok", "restart": "rejects_prefill"}
 
 
 def _config(base_url: str) -> str:
-    def provider(scenario: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "id": scenario.replace("_", "-"),
-            "base_url": f"{base_url}/{scenario}/v1",
-            "timeout_ms": 20_000,
-            "stream_idle_timeout_ms": 1_000,  # the stall is noticed in a second
-            "models": [{"name": scenario}],
-            **extra,
-        }
-
-    providers = [provider(s) for s in BROKEN]
-    providers += [provider(s, prefill=True) for s in FALLBACKS.values()]
+    providers = [fault_scenario(base_url, s) for s in BROKEN]
+    providers += [fault_scenario(base_url, s, prefill=True) for s in FALLBACKS.values()]
     routes = {p["id"]: {"providers": [p["id"]]} for p in providers}
-    nodes: dict[str, Any] = {}
     names = [f"{s}.{kind}" for s in BROKEN for kind in FALLBACKS]
-    for index, name in enumerate(names):
-        scenario, kind = name.split(".")
-        following = f"is-{names[index + 1]}" if index + 1 < len(names) else "plain"
-        nodes[f"is-{name}"] = {
-            "kind": "condition",
-            "when": {"model": name},
-            "true": f"to-{name}",
-            "false": following,
-        }
-        nodes[f"to-{name}"] = {
-            "kind": "model",
-            "target": scenario.replace("_", "-"),
-            "fallback_models": [FALLBACKS[kind].replace("_", "-")],
-        }
-    nodes["plain"] = {"kind": "model", "target": "ok"}
+    # A request for model ``scenario.kind`` goes to the scenario, falling back to ``kind``'s.
+    switch = {
+        f"{s}.{kind}": (s.replace("_", "-"), FALLBACKS[kind].replace("_", "-"))
+        for s in BROKEN
+        for kind in FALLBACKS
+    }
+    nodes = model_switch(switch, "ok")
     document = {
         "providers": providers,
         "routes": {**routes, **{name: {"providers": ["ok"]} for name in names}},
@@ -91,28 +71,11 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
-    runner, port = await start(FaultProvider(FaultOptions(token_s=0.002)))
-    base_url = f"http://127.0.0.1:{port}"
-
-    def config(_: SimulatedProviders) -> str:
-        return _config(base_url)
-
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"f{uuid.uuid4().hex[:8]}",
-        providers_yaml=config,
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "40"},
-    )
-    try:
-        await stack.start(workers=1)
-        gateway = await start_gateway(stack.gateway_settings())
-        try:
+    env = {"SWITCHYARD_REQUEST_DEADLINE_S": "40"}
+    async with fault_provider(FaultOptions(token_s=0.002)) as base_url:
+        config = _config(base_url)
+        async with stack_and_gateway(broker, "f", providers_yaml=config, env=env) as (_, gateway):
             yield Env(gateway)
-        finally:
-            await gateway.stop()
-    finally:
-        await stack.stop()
-        await runner.cleanup()
 
 
 @pytest.mark.parametrize("kind", list(FALLBACKS))

@@ -18,14 +18,13 @@ import httpx
 import openai
 import pytest
 import yaml
+from stack_helpers import fault_provider, fault_scenario, gateway_in_front, stack_and_gateway
 
 from app.embedded.broker import EmbeddedBroker
-from app.embedded.simulated import SimulatedProviders
-from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
-from app.gateway.run import RunningGateway, start_gateway
+from app.gateway.run import RunningGateway
 from bench.fault_answer import BREAK_AT, canonical_text, canonical_tokens
-from bench.fault_provider import FaultOptions, FaultProvider, start
+from bench.fault_provider import FaultOptions
 
 pytestmark = pytest.mark.broker
 
@@ -34,23 +33,16 @@ GLOBEX = "sk-test-resume-globex-" + "g" * 20
 
 
 def _config(base_url: str) -> str:
-    def provider(scenario: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "id": scenario.replace("_", "-"),
-            "base_url": f"{base_url}/{scenario}/v1",
-            "timeout_ms": 20_000,
-            "stream_idle_timeout_ms": 1_000,
-            "models": [{"name": scenario}],
-            **extra,
-        }
-
     nodes = {
         "is-cut": {"kind": "condition", "when": {"model": "cut"}, "true": "to-cut", "false": "ok"},
         "to-cut": {"kind": "model", "target": "stream-cut", "fallback_models": ["ok"]},
         "ok": {"kind": "model", "target": "ok"},
     }
     document = {
-        "providers": [provider("stream_cut"), provider("ok", prefill=True)],
+        "providers": [
+            fault_scenario(base_url, "stream_cut"),
+            fault_scenario(base_url, "ok", prefill=True),
+        ],
         "routes": {
             "ok": {"providers": ["ok"]},
             "cut": {"providers": ["ok"]},  # the dynamic route sends it to stream-cut
@@ -80,32 +72,13 @@ class Env:
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
     # 60 tokens 30 ms apart: a stream of about two seconds, time to drop it mid-way.
-    runner, port = await start(FaultProvider(FaultOptions(token_s=0.03)))
-    base_url = f"http://127.0.0.1:{port}"
-
-    def config(_: SimulatedProviders) -> str:
-        return _config(base_url)
-
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"r{uuid.uuid4().hex[:8]}",
-        providers_yaml=config,
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "40"},
-    )
-    try:
-        await stack.start(workers=1)
-        settings = stack.gateway_settings()
-        first = await start_gateway(settings)
-        second_settings = settings.model_copy(update={"gateway_reply_partitions": [1]})
-        second = await start_gateway(second_settings)
-        try:
-            yield Env(first, second)
-        finally:
-            await second.stop()
-            await first.stop()
-    finally:
-        await stack.stop()
-        await runner.cleanup()
+    env = {"SWITCHYARD_REQUEST_DEADLINE_S": "40"}
+    async with (
+        fault_provider(FaultOptions(token_s=0.03)) as base_url,
+        stack_and_gateway(broker, "r", providers_yaml=_config(base_url), env=env) as pair,
+        gateway_in_front(pair[0], {"gateway_reply_partitions": [1]}) as second,
+    ):
+        yield Env(pair[1], second)
 
 
 def _messages(what: str) -> list[dict[str, Any]]:

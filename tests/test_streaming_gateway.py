@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from stack_helpers import gateway_in_front, running_stack, warm_up_gateway
 
 from app.audit.streams import answer_of, read_streams
 from app.client import read_topics
@@ -28,7 +29,7 @@ from app.embedded.simulated.providers_file import providers_config
 from app.embedded.stack import EmbeddedStack
 from app.gateway.keys import hash_key
 from app.gateway.relay import STREAM_INTERRUPTED
-from app.gateway.run import RunningGateway, start_gateway
+from app.gateway.run import RunningGateway
 
 pytestmark = pytest.mark.broker
 
@@ -69,45 +70,23 @@ class Env:
 
 @pytest.fixture(scope="module")
 async def env(broker: EmbeddedBroker) -> AsyncIterator[Env]:
-    stack = EmbeddedStack(
-        broker=broker,
-        namespace=f"s{uuid.uuid4().hex[:8]}",
-        time_scale=0.05,
-        seed=2,
-        providers_yaml=_config,
-        env={"SWITCHYARD_REQUEST_DEADLINE_S": "20"},
-    )
-    await stack.start(workers=1)
-    sim = stack.providers
-    a, b, c, d = sim.provider_ids[:4]
-    for pid in sim.provider_ids:
-        sim.set_success_rate(pid, 1.0)
-    sim.set_reply_text(a, PLAIN)
-    sim.set_stream_faults(a, split_bytes=True)
-    sim.set_latency_factor(a, 40.0)  # a stream of about a second: time to go away mid-way
-    sim.set_reply_text(b, EMOJI)
-    sim.set_stream_faults(b, split_surrogates=True)
-    sim.set_stream_faults(c, cut_after=0)
-    sim.set_stream_faults(d, cut_after=2)
-    settings = stack.gateway_settings().model_copy(update={"gateway_header_timeout_s": 1.0})
-    gateway = await start_gateway(settings)
-    try:
-        await _warm_up(gateway.url)
-        yield Env(stack, gateway)
-    finally:
-        await gateway.stop()
-        await stack.stop()
-
-
-async def _warm_up(url: str) -> None:
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=30)
-    for _ in range(10):
-        try:
-            await client.chat.completions.create(model="warm", messages=HELLO)  # type: ignore[arg-type]
-            break
-        except openai.APIError:
-            continue
-    await client.close()
+    options = {"time_scale": 0.05, "seed": 2, "providers_yaml": _config}
+    env = {"SWITCHYARD_REQUEST_DEADLINE_S": "20"}
+    async with running_stack(broker, "s", env=env, **options) as stack:
+        sim = stack.providers
+        a, b, c, d = sim.provider_ids[:4]
+        for pid in sim.provider_ids:
+            sim.set_success_rate(pid, 1.0)
+        sim.set_reply_text(a, PLAIN)
+        sim.set_stream_faults(a, split_bytes=True)
+        sim.set_latency_factor(a, 40.0)  # a stream of about a second: time to go away mid-way
+        sim.set_reply_text(b, EMOJI)
+        sim.set_stream_faults(b, split_surrogates=True)
+        sim.set_stream_faults(c, cut_after=0)
+        sim.set_stream_faults(d, cut_after=2)
+        async with gateway_in_front(stack, {"gateway_header_timeout_s": 1.0}) as gateway:
+            await warm_up_gateway(gateway.url, KEY, [("warm", HELLO)], tries=10, timeout=30)
+            yield Env(stack, gateway)
 
 
 async def _stream(env: Env, model: str, request_id: str) -> tuple[Any, Any]:

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from stack_helpers import provider_and_gateway, publish
+from stack_helpers import LocalServer, provider_and_gateway, publish
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
@@ -69,27 +69,13 @@ def _value(value: AnyValue) -> Any:
     return getattr(value, kind) if kind else None
 
 
-class Receiver:
+class Receiver(LocalServer):
     """An OTLP/HTTP traces endpoint (``POST /v1/traces``, protobuf)."""
 
     def __init__(self) -> None:
+        super().__init__([("/v1/traces", self._traces)])
         self.spans: list[Exported] = []
         self.bodies: list[bytes] = []
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-
-    async def start(self) -> Receiver:
-        app = web.Application()
-        app.router.add_post("/v1/traces", self._traces)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}/v1/traces"
-        return self
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
     async def _traces(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -189,7 +175,7 @@ async def traced(broker: EmbeddedBroker) -> AsyncIterator[Traced]:
     state.use(provider)  # the gateway, in this process
     env = {  # the worker, a child process: the standard variables
         "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.url}/v1/traces",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
