@@ -12,28 +12,18 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from up_helpers import ROOT, alive
 
 from app.compat.detect import broker_holds_fetches
 from app.embedded.kafka import KafkaBroker
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
-
 
 def _gone(pid: int, within_s: float = 20.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.1)
     return False
@@ -81,7 +71,7 @@ async def test_is_not_taken_for_tansu(kafka: KafkaBroker) -> None:
 def test_stop_leaves_no_jvm() -> None:
     broker = KafkaBroker().start()
     pid = broker.pid
-    assert pid is not None and _alive(pid)
+    assert pid is not None and alive(pid)
     broker.stop()
     assert _gone(pid)
 
@@ -106,7 +96,7 @@ def test_sigkill_of_the_parent_leaves_no_jvm(tmp_path: Path) -> None:
             assert parent.poll() is None
             time.sleep(0.2)
         jvm = int(pid_file.read_text())
-        assert _alive(jvm)
+        assert alive(jvm)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert _gone(jvm)

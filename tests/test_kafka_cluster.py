@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
+from up_helpers import ROOT, alive
 
 from app.embedded import kafka
 from app.embedded.kafka_cluster import KafkaCluster
@@ -28,24 +29,13 @@ pytestmark = [
     pytest.mark.skipif(not kafka.available(), reason="Apache Kafka needs a JDK and Maven"),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
-
 
 def _gone(pids: set[int], within_s: float = 30.0) -> set[int]:
     """The pids still alive after ``within_s`` (none as soon as all are gone)."""
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.1)
-    return {pid for pid in pids if _alive(pid)}
+    return {pid for pid in pids if alive(pid)}
 
 
 def _java_processes_naming(text: str) -> set[int]:
@@ -60,7 +50,7 @@ def _java_processes_naming(text: str) -> set[int]:
             continue
         if words and Path(words[0].decode()).name == "java" and text.encode() in b" ".join(words):
             found.add(int(entry))
-    return {pid for pid in found if _alive(pid)}
+    return {pid for pid in found if alive(pid)}
 
 
 async def _produce(cluster: KafkaCluster, topic: str, values: list[bytes]) -> None:
@@ -151,7 +141,7 @@ def test_no_jvm_of_the_cluster_outlives_its_sigkilled_parent(tmp_path: Path) -> 
             time.sleep(0.2)
         *pids, data_dir = pid_file.read_text().split()
         jvms = {int(pid) for pid in pids}
-        assert len(jvms) == 3 and all(_alive(pid) for pid in jvms)
+        assert len(jvms) == 3 and all(alive(pid) for pid in jvms)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         assert _gone(jvms) == set()
