@@ -106,6 +106,16 @@ class Command:
         """What follows ``name=`` on the line printed for it."""
         return self.wait_for(f"{name}=").removeprefix(f"{name}=")
 
+    def exited(self, timeout_s: float = 60.0) -> int:
+        """Its return code once it has exited by itself (stopped past ``timeout_s``) and
+        the reader thread has its last lines."""
+        try:
+            self.process.wait(timeout=timeout_s)
+        finally:
+            self.stop()
+        time.sleep(0.2)  # the reader thread's last lines
+        return self.process.returncode
+
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM, then wait (SIGKILL past ``timeout_s``)."""
         if self.process.poll() is None:
