@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.audit.export import write_export
+from app.audit.gc_pause import no_cycle_collection
 from app.audit.log import read_export
 from app.audit.replay import replay
 from app.audit.synthetic import synthetic_log
@@ -20,15 +21,10 @@ from bench.replay_speed import PROFILES, bench_policy
 
 @contextlib.contextmanager
 def collector_off() -> Iterator[None]:
-    """The cycle collector off, after a collection; on again at the end if it was."""
+    """The cycle collector paused as replay pauses it, after a collection."""
     gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with no_cycle_collection():
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def test_the_fold_makes_no_reference_cycles() -> None:
