@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -34,14 +32,7 @@ from app.embedded.broker import free_port
 from app.embedded.stack import EmbeddedStack
 from app.gateway.run import LOCAL_KEY
 from bench.gateway_load import MESSAGES
-from bench.gateway_sides import (
-    Process,
-    allow_local_key,
-    providers_yaml,
-    start_gateway,
-    start_mock,
-    wait_healthy,
-)
+from bench.gateway_sides import Process, bench_run, start_gateway, wait_healthy
 
 #: How long a refused request keeps being tried again (the new gateway starting).
 REFUSED_FOR_S = 30.0
@@ -118,27 +109,13 @@ def _refused(exc: BaseException) -> bool:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
-    workdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-gateway-kill-"))
-    processes: list[Process] = []
-    stack: EmbeddedStack | None = None
-    try:
-        mock, mock_url = start_mock(args.kill_latency_ms, workdir)
-        processes.append(mock)
-        (workdir / "stack").mkdir()
-        stack = EmbeddedStack(workdir=workdir / "stack", providers_yaml=providers_yaml(mock_url))
-        await stack.start(workers=1)
-        allow_local_key(stack)
+    async with bench_run("switchyard-bench-gateway-kill-") as run:
+        stack = await run.start_stack(run.mock(args.kill_latency_ms))
         port = free_port()
-        processes.append(start_gateway(stack, workdir, port))
+        run.processes.append(start_gateway(stack, run.workdir, port))
         url = f"http://127.0.0.1:{port}"
-        await _ready(url, processes[-1])
-        return await _measure(args, stack, url, workdir, processes)
-    finally:
-        for process in reversed(processes):
-            process.stop()
-        if stack is not None:
-            await stack.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        await _ready(url, run.processes[-1])
+        return await _measure(args, stack, url, run.workdir, run.processes)
 
 
 async def _ready(url: str, gateway: Process) -> None:

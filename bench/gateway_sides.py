@@ -8,11 +8,15 @@ the API key, and the processes whose CPU counts for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +70,46 @@ class Process:
                 self.kill()
 
 
+@dataclass
+class Run:
+    """A bench run's work dir and what it started there: child processes and the stack."""
+
+    workdir: Path
+    processes: list[Process] = field(default_factory=list)
+    stack: EmbeddedStack | None = None
+
+    def mock(self, latency_ms: int) -> str:
+        """The mock provider, answering after ``latency_ms``: its base URL."""
+        mock, mock_url = start_mock(latency_ms, self.workdir)
+        self.processes.append(mock)
+        return mock_url
+
+    async def start_stack(self, mock_url: str) -> EmbeddedStack:
+        """The embedded stack (one worker) routing to the mock, the local key allowed."""
+        (self.workdir / "stack").mkdir()
+        self.stack = EmbeddedStack(
+            workdir=self.workdir / "stack", providers_yaml=providers_yaml(mock_url)
+        )
+        await self.stack.start(workers=1)
+        allow_local_key(self.stack)
+        return self.stack
+
+
+@contextlib.asynccontextmanager
+async def bench_run(prefix: str) -> AsyncIterator[Run]:
+    """A :class:`Run` in a new temporary dir; at the end its processes are stopped (the
+    last started first), then its stack, and the dir removed."""
+    run = Run(Path(tempfile.mkdtemp(prefix=prefix)))
+    try:
+        yield run
+    finally:
+        for process in reversed(run.processes):
+            process.stop()
+        if run.stack is not None:
+            await run.stack.stop()
+        shutil.rmtree(run.workdir, ignore_errors=True)
+
+
 def start_mock(latency_ms: int, workdir: Path) -> tuple[Process, str]:
     port = free_port()
     command = [sys.executable, "-m", "bench.gateway_mock", str(port), str(latency_ms)]
@@ -109,11 +153,26 @@ def _worker_pid(stack: EmbeddedStack) -> int:
 
 def start_litellm(mock_url: str, workdir: Path) -> tuple[Process, Side]:
     """The LiteLLM proxy (``litellm --config``) routing ``chat`` to the mock, with a master
-    key (it refuses to start without one) and the local cost map (no network)."""
-    params = {"model": f"openai/{MODEL}", "api_base": mock_url, "api_key": "sk-mock"}
+    key (it refuses to start without one) and the local cost map (no network).
+
+    The mock serves chat completions only, as most OpenAI-compatible servers do; for an
+    ``openai/`` model LiteLLM would send a Responses request, and a Messages request too, to
+    the provider's own ``/v1/responses`` (a 404 here): both flags below make it translate
+    them to chat completions, as Switchyard's gateway does."""
+    params = {
+        "model": f"openai/{MODEL}",
+        "api_base": mock_url,
+        "api_key": "sk-mock",
+        "use_chat_completions_api": True,
+    }
+    settings = {
+        "telemetry": False,
+        "drop_params": True,
+        "use_chat_completions_url_for_anthropic_messages": True,
+    }
     config = {
         "model_list": [{"model_name": "chat", "litellm_params": params}],
-        "litellm_settings": {"telemetry": False, "drop_params": True},
+        "litellm_settings": settings,
     }
     path = workdir / "litellm.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
