@@ -18,22 +18,31 @@ MODEL = "bench-model"
 CONTENT = "Hello from the bench mock: a short answer in a few pieces."
 PIECES = 8
 USAGE = {"prompt_tokens": 12, "completion_tokens": 12, "total_tokens": 24}
-COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": CONTENT},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": USAGE,
-    }
-).encode()
+
+
+def completion_body(
+    content: str, usage: dict[str, int], *, created: int = 1_700_000_000, model: str = MODEL
+) -> bytes:
+    """A chat completion answering ``content`` (JSON), as the benches' mocks send it."""
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": usage,
+        }
+    ).encode()
+
+
+COMPLETION = completion_body(CONTENT, USAGE)
 
 
 def stream_events() -> list[bytes]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import statistics
 import sys
@@ -37,23 +36,13 @@ import httpx
 from aiohttp import web
 
 from app.execution.http import Transport, client_lifespan
+from bench.gateway_mock import completion_body
 
-COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "bench-model",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "Hello from the benchmark server."},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
-    }
-).encode()
+COMPLETION = completion_body(
+    "Hello from the benchmark server.",
+    {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    created=0,
+)
 
 REQUEST = {"model": "bench-model", "messages": [{"role": "user", "content": "Say hello."}]}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import subprocess
 import sys
@@ -12,27 +11,17 @@ from pathlib import Path
 
 from app.embedded.child_env import child_env
 from app.lifetime import die_with_parent
+from bench.gateway_mock import completion_body
 from bench.throughput.workload import MOCK_MODEL
 
 MOCK_KINDS = {"llmock": "llmock (FastAPI/uvicorn)", "light": "light (aiohttp)"}
 
 
-COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": MOCK_MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "Hello from the light mock."},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
-    }
-).encode()
+COMPLETION = completion_body(
+    "Hello from the light mock.",
+    {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    model=MOCK_MODEL,
+)
 
 
 def serve_light(port: int, latency_ms: float) -> None:
