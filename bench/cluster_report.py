@@ -106,17 +106,25 @@ def answer_summary(
 
 def replay_summary(data: Mapping[str, Any]) -> dict[str, Any]:
     """What ``ReplayReport.to_json`` says of decisions and responses, in short."""
-    responses = data["responses"]
     return {
         "ok": data["ok"],
         "decisions": {k: data[k] for k in ("decisions", "reproduced", "mismatched")},
+        **replay_responses(data),
+        "skipped_duplicates": data["skipped_duplicates"],
+        "fold_errors": data["fold_errors"],
+        "first_mismatches": data["first_mismatches"][:5],
+    }
+
+
+def replay_responses(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Of ``ReplayReport.to_json``: the responses' counts, the records (decisions and
+    responses) not re-derived or not recorded, and the requests pending."""
+    responses = data["responses"]
+    return {
         "responses": {k: responses[k] for k in ("recorded", "reproduced", "mismatched")},
         "not_rederived": data["recorded_not_rederived"] + responses["recorded_not_rederived"],
         "not_recorded": data["rederived_not_recorded"] + responses["rederived_not_recorded"],
         "pending": data["pending"],
-        "skipped_duplicates": data["skipped_duplicates"],
-        "fold_errors": data["fold_errors"],
-        "first_mismatches": data["first_mismatches"][:5],
     }
 
 

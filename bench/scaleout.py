@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import queue_stack as qs
+from bench.cluster_report import replay_responses
 from bench.scaleout_metrics import (
     Step,
     answers,
@@ -261,7 +262,6 @@ async def _replay(
 
 
 def _replay_summary(data: dict[str, Any], log: RecordedLog) -> dict[str, Any]:
-    responses = data["responses"]
     return {
         "ok": data["ok"],
         "decisions": {
@@ -269,10 +269,7 @@ def _replay_summary(data: dict[str, Any], log: RecordedLog) -> dict[str, Any]:
             "reproduced": data["reproduced"],
             "mismatched": data["mismatched"],
         },
-        "responses": {k: responses[k] for k in ("recorded", "reproduced", "mismatched")},
-        "not_rederived": data["recorded_not_rederived"] + responses["recorded_not_rederived"],
-        "not_recorded": data["rederived_not_recorded"] + responses["rederived_not_recorded"],
-        "pending": data["pending"],
+        **replay_responses(data),
         "routing_events": data["routing_events"],
         "skipped_duplicates": data["skipped_duplicates"],
         "fold_errors": data["fold_errors"],
