@@ -125,15 +125,13 @@ async def _inflict(
     then the wait for the node to be back in every ISR (bounded)."""
     fault = args.fault
     started = marks["load_start"]
-    await asyncio.sleep(max(0.0, started + plan.fault_at - time.time()))
-    marks["fault"] = time.time()
+    marks["fault"] = await _sleep_until(started + plan.fault_at)
     if fault == "kill":
         await asyncio.to_thread(cluster.kill, node)
     else:
         cluster.pause(node)
     qs.progress("cluster", f"+{marks['fault'] - started:.1f}s: {fault} node {node}")
-    await asyncio.sleep(max(0.0, started + plan.recover_at - time.time()))
-    marks["recovered"] = time.time()
+    marks["recovered"] = await _sleep_until(started + plan.recover_at)
     if fault == "kill":
         await asyncio.to_thread(cluster.restart, node)
     else:
@@ -144,6 +142,12 @@ async def _inflict(
     isr["seconds_after_recovery"] = marks["served"] - marks["recovered"] + isr["waited_s"]
     qs.progress("cluster", f"node {node} back in every ISR: {isr['back_in_isr']}")
     return isr
+
+
+async def _sleep_until(at: float) -> float:
+    """Sleep until epoch time ``at`` (not at all once it has passed): the time then."""
+    await asyncio.sleep(max(0.0, at - time.time()))
+    return time.time()
 
 
 async def _back_in_isr(cluster: KafkaCluster, node: int, timeout_s: float) -> dict[str, Any]:
