@@ -9,7 +9,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench.throughput.loads import Call, closed_loop, fixed_rate, measured, noop, phase_summary
+from bench.throughput.loads import (
+    Call,
+    closed_loop,
+    fixed_count,
+    fixed_rate,
+    measured,
+    noop,
+    phase_summary,
+)
 from bench.throughput.procfs import process_memory_mb
 from bench.throughput.workload import API_KEY, MAX_TOKENS, MOCK_MODEL, PROMPT
 
@@ -134,21 +142,11 @@ async def run_client(plan: Plan) -> dict[str, Any]:
         for kind, call in calls.items():
             mock = {kind: plan.mock_pids[kind]}
             await closed_loop(call, concurrency=8, count=64, max_seconds=10.0, timeout_s=10.0)
-            low = await fixed_rate(
-                call,
-                rate=plan.low_rate,
-                count=plan.low_requests,
-                max_seconds=plan.low_requests / plan.low_rate + 5.0,
-                timeout_s=plan.timeout_s,
+            low = await fixed_count(
+                call, rate=plan.low_rate, count=plan.low_requests, timeout_s=plan.timeout_s
             )
             fixed, fixed_cpu, fixed_mock = await measured(
-                fixed_rate(
-                    call,
-                    rate=plan.rate,
-                    count=plan.requests,
-                    max_seconds=plan.requests / plan.rate + 5.0,
-                    timeout_s=plan.timeout_s,
-                ),
+                fixed_count(call, rate=plan.rate, count=plan.requests, timeout_s=plan.timeout_s),
                 mock,
             )
             saturated, saturated_cpu, saturated_mock = await measured(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.throughput.driver import StackDriver
-from bench.throughput.loads import LoadRun, closed_loop, fixed_rate, measured, phase_summary
+from bench.throughput.loads import LoadRun, closed_loop, fixed_count, measured, phase_summary
 from bench.throughput.mocks import MockServer
 from bench.throughput.procfs import process_cpu_s, process_memory_mb
 from bench.throughput.pyspy import profile_worker
@@ -103,24 +103,14 @@ async def run_switchyard(mocks: Sequence[MockServer], args: argparse.Namespace) 
                 pids_here = {**pids, "mock": mock.pid}
                 call = driver.call(f"chat-{mock.kind}")
                 mark = driver.issued
-                low = await fixed_rate(
-                    call,
-                    rate=args.low_rate,
-                    count=args.low_requests,
-                    max_seconds=args.low_requests / args.low_rate + 5.0,
-                    timeout_s=30.0,
+                low = await fixed_count(
+                    call, rate=args.low_rate, count=args.low_requests, timeout_s=30.0
                 )
                 await asyncio.sleep(0.5)
                 low_added, low_stages = driver.added_ms(mark), driver.stages(mark)
                 mark = driver.issued
                 fixed, driver_cpu, cpus = await measured(
-                    fixed_rate(
-                        call,
-                        rate=args.rate,
-                        count=args.requests,
-                        max_seconds=args.requests / args.rate + 5.0,
-                        timeout_s=30.0,
-                    ),
+                    fixed_count(call, rate=args.rate, count=args.requests, timeout_s=30.0),
                     pids_here,
                 )
                 await asyncio.sleep(0.5)  # outcomes may trail their responses
