@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import queue_stack as qs
+from bench.pacing import paced
 from bench.queue_fates import (
     ChangelogStats,
     exclusion_counts,
@@ -88,12 +89,8 @@ async def _publish_steady(
     from app.client import RequestPublisher
 
     publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
-    started = time.monotonic()
     try:
-        for index in range(int(seconds * rate)):
-            delay = started + index / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for index, _ in paced(range(int(seconds * rate)), rate):
             request_id = f"backlog-{index:06d}"
             published[request_id] = time.time()
             await publisher.publish(qs.request_body(request_id))

@@ -24,6 +24,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.pacing import paced
+
 if TYPE_CHECKING:  # imported in run(): `switchyard` imports this module at every start
     from app.embedded.stack import EmbeddedStack, Worker
 
@@ -51,12 +53,8 @@ async def _publish(stack: EmbeddedStack, ids: list[str], rate: float) -> None:
     from app.client import RequestPublisher
 
     publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
-    started = time.monotonic()
     try:
-        for index, request_id in enumerate(ids):
-            delay = started + index / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for _, request_id in paced(ids, rate):
             body = {"request_id": request_id, "messages": [{"role": "user", "content": "hi"}]}
             await publisher.publish(body)
         await publisher.flush()

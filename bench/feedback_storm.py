@@ -32,6 +32,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.pacing import paced
+
 if TYPE_CHECKING:
     from app.embedded.stack import EmbeddedStack
 
@@ -116,12 +118,8 @@ async def _send(
     await producer.start()
     rng = random.Random(len(values))
     pending: list[tuple[Any, float]] = []
-    started = time.monotonic()
     try:
-        for index, value in enumerate(values):
-            delay = started + index / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for index, value in paced(values, rate):
             key = str(rng.random()).encode() if keyed and index % 2 else None
             pending.append((await producer.send(topic, value=value, key=key), time.time()))
         await producer.flush()

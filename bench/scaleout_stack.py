@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.pacing import paced
 from bench.scaleout_metrics import request_body
 from bench.throughput.procfs import process_cpu_s, process_memory_mb
 
@@ -159,13 +160,8 @@ async def publish(
 
     sent: dict[str, float] = {}
     publisher = await RequestPublisher(stack.broker.bootstrap, stack.topics.requests).start()
-    started = time.monotonic()
     try:
-        for index, (request_id, route) in enumerate(items):
-            if rate is not None:
-                delay = started + index / rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for _, (request_id, route) in paced(items, rate):
             sent[request_id] = time.time()
             await publisher.publish(request_body(request_id, route))
         await publisher.flush()
