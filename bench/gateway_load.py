@@ -1,71 +1,54 @@
-"""The loads of ``switchyard bench gateway``, the same for every side, with the official
-``openai.AsyncOpenAI`` client: sequential calls, 20 req/s, sequential streams (time to
-first token) and a closed-loop saturation, with the CPU of the side's processes."""
+"""The loads of ``switchyard bench gateway``, the same for every side and every API (the
+official SDKs: bench/gateway_apis.py): sequential calls, 20 req/s, sequential streams (time
+to first token) and a closed-loop saturation, with the CPU of the side's processes."""
 
 from __future__ import annotations
 
 import argparse
-import time
+import asyncio
+from collections.abc import Sequence
 from typing import Any
 
+from bench.gateway_apis import MESSAGES as MESSAGES
+from bench.gateway_apis import ApiClient, client_for
 from bench.gateway_sides import Side
 from bench.throughput.loads import Call, LoadRun, closed_loop, fixed_rate, measured
 from bench.throughput.stats import percentile
 
-MESSAGES = [{"role": "user", "content": "Say hello."}]
 #: No single call may take longer.
 CALL_TIMEOUT_S = 30.0
 
 
-class Client:
-    """One side's calls: a completion, and a stream whose time to first token is kept."""
-
-    def __init__(self, side: Side) -> None:
-        import openai
-
-        self.side = side
-        self.sdk = openai.AsyncOpenAI(base_url=side.base_url, api_key=side.api_key, max_retries=0)
-        self.ttft_ms: list[float] = []
-
-    async def call(self) -> None:
-        await self.sdk.chat.completions.create(**self._asked())
-
-    async def stream(self) -> None:
-        started = time.perf_counter()
-        first = None
-        stream = await self.sdk.chat.completions.create(
-            **self._asked(), stream=True, stream_options={"include_usage": True}
-        )
-        async for chunk in stream:
-            if first is None and chunk.choices and chunk.choices[0].delta.content:
-                first = (time.perf_counter() - started) * 1000.0
-        if first is None:
-            raise RuntimeError("a stream without content")
-        self.ttft_ms.append(first)
-
-    def _asked(self) -> dict[str, Any]:
-        return {"model": self.side.model, "messages": MESSAGES, "max_tokens": 16}
-
-    async def close(self) -> None:
-        await self.sdk.close()
-
-
-async def ready(client: Client, attempts: int = 120) -> None:
+async def ready(client: ApiClient, attempts: int = 120) -> None:
     """Until one call succeeds (the stack's worker joining takes a while)."""
-    import asyncio
-
+    last = ""
     for _ in range(attempts):
         try:
             await client.call()
             return
-        except Exception:
+        except Exception as exc:
+            last = f"{type(exc).__name__}: {exc}"[:300]
             await asyncio.sleep(0.5)
-    raise TimeoutError(f"{client.side.name} never answered")
+    raise TimeoutError(f"{client.side.name} never answered (last: {last})")
 
 
-async def measure(side: Side, args: argparse.Namespace) -> dict[str, Any]:
-    """Every phase against one side."""
-    client = Client(side)
+async def measure_apis(
+    side: Side, args: argparse.Namespace, apis: Sequence[str]
+) -> dict[str, dict[str, Any] | str]:
+    """Every phase against one side, API after API; an API the side never answers is the
+    reason instead of figures (the other APIs are measured all the same)."""
+    figures: dict[str, dict[str, Any] | str] = {}
+    for api in apis:
+        try:
+            figures[api] = await measure(client_for(api, side), args)
+        except TimeoutError as exc:
+            figures[api] = str(exc)
+    return figures
+
+
+async def measure(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase against one side through one API (``client``, closed at the end)."""
+    side = client.side
     try:
         await ready(client)
         await _closed(client.call, 4, 40)  # warm-up
@@ -87,6 +70,7 @@ async def measure(side: Side, args: argparse.Namespace) -> dict[str, Any]:
         figures["ttft"] = {
             **_percentiles(client.ttft_ms),
             "errors": streams.errors + streams.timeouts,
+            "first_error": streams.first_error,
         }
         run, _, used = await measured(
             closed_loop(
