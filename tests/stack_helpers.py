@@ -151,15 +151,33 @@ async def watch(
     return found, dead, raw
 
 
-async def switchyard(stack: EmbeddedStack, *args: str) -> tuple[int, str]:
-    done = await asyncio.to_thread(
+async def _cli(
+    stack: EmbeddedStack, args: tuple[str, ...], timeout_s: float
+) -> subprocess.CompletedProcess[bytes]:
+    """``switchyard ARGS`` run against the stack (a worker's environment), output captured."""
+    return await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "app.cli", *args],
         env=stack.worker_env(0),
         capture_output=True,
-        timeout=120,
+        timeout=timeout_s,
     )
+
+
+async def switchyard(stack: EmbeddedStack, *args: str) -> tuple[int, str]:
+    done = await _cli(stack, args, timeout_s=120)
     return done.returncode, done.stdout.decode()
+
+
+async def replayed(stack: EmbeddedStack, timeout_s: float = 120) -> dict[str, Any]:
+    """The report of ``switchyard replay --json`` over the stack's log, checked: it exited
+    0 and no decision mismatched."""
+    done = await _cli(stack, ("replay", "--json"), timeout_s)
+    code, out = done.returncode, done.stdout.decode()
+    assert out, done.stderr.decode()[-2000:]
+    report: dict[str, Any] = json.loads(out)
+    assert code == 0 and report["mismatched"] == 0, report.get("first_mismatches")
+    return report
 
 
 def new_stack(broker: Any, prefix: str, **options: Any) -> EmbeddedStack:

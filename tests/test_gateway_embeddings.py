@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import openai
 import pytest
 import yaml
+from stack_helpers import replayed
 
 from app.client import read_topics
 from app.embedded.broker import EmbeddedBroker
@@ -207,16 +206,6 @@ async def test_a_log_with_embeddings_replays_with_no_mismatch(env: Env) -> None:
     for index in range(4):
         await client.embeddings.create(model="mixed", input=[f"replayed {index}", "again"])
     await client.close()
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", "replay", "--json"],
-        env=env.stack.worker_env(0),
-        capture_output=True,
-        timeout=180,
-    )
-    code, out = done.returncode, done.stdout.decode()
-    assert out, done.stderr.decode()[-2000:]
-    report = json.loads(out)
-    assert code == 0 and report["mismatched"] == 0, report.get("first_mismatches")
+    report = await replayed(env.stack, timeout_s=180)
     assert report["ok"] and report["reproduced"] == report["decisions"] >= 8
     assert report["responses"]["mismatched"] == 0

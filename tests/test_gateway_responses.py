@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +19,7 @@ import pytest
 import yaml
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from stack_helpers import provider_and_gateway, warm_up_gateway
+from stack_helpers import provider_and_gateway, replayed, warm_up_gateway
 
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import EmbeddedStack
@@ -244,17 +242,7 @@ async def test_a_five_turn_conversation_is_rebuilt_from_the_log_and_replays(env:
         assert stored.previous_response_id == response.previous_response_id
     await client.close()
 
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", "replay", "--json"],
-        env=env.stack.worker_env(0),
-        capture_output=True,
-        timeout=120,
-    )
-    code, out = done.returncode, done.stdout.decode()
-    assert out, done.stderr.decode()[-2000:]
-    report = json.loads(out)
-    assert code == 0 and report["mismatched"] == 0, report.get("first_mismatches")
+    report = await replayed(env.stack)
     assert report["ok"] and report["reproduced"] == report["decisions"] >= 5
     assert report["responses"]["mismatched"] == 0
 
