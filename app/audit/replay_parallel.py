@@ -54,13 +54,14 @@ context manager: leaving it stops every worker it started.
 from __future__ import annotations
 
 import json
+import mmap
 import multiprocessing
+import operator
 import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -273,10 +274,15 @@ def scan_export(path: Path) -> RoutingScan | None:
     One regular expression finds every line and reads the two common events' keys
     where :func:`guess_key` reads them (the loop runs once per record: every call it
     saves counts); any other event goes through :func:`guess_key`."""
-    data = path.read_bytes()
-    if b"\r" in data:
-        return None
-    scan = RoutingScan(path=str(path))
+    with path.open("rb") as file:
+        if file.seek(0, 2) == 0:
+            return RoutingScan(path=str(path))
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return None if data.find(b"\r") >= 0 else _scan_export(data, str(path))
+
+
+def _scan_export(data: mmap.mmap, path: str) -> RoutingScan | None:
+    scan = RoutingScan(path=path)
     keys, partitions, offsets = scan.keys, scan.partitions, scan.offsets
     starts, ends = scan.starts, scan.ends
     named: dict[bytes, str | None] = {}  # a key's bytes -> the key (None: has an escape)
@@ -300,10 +306,11 @@ def scan_export(path: Path) -> RoutingScan | None:
         if route is not None:
             key = named[route] if route in named else named.setdefault(route, _plain(route))
         if key is None:
-            if data[start:stop] == b"null":  # unreadable when it was exported
+            text = data[start:stop]
+            if text == b"null":  # unreadable when it was exported
                 scan.unreadable += 1
             else:
-                key = _keyed(scan, data[start:stop], guess_key(data, start, stop))
+                key = _keyed(scan, text, guess_key(text, 0, len(text)))
         keys.append(key)
         partitions.append(int(partition))
         offsets.append(int(offset))
@@ -320,7 +327,7 @@ def _in_log_order(scan: RoutingScan) -> None:
     """Records sorted by partition, then offset (as :func:`~app.audit.log.read_export`
     sorts them; a file :mod:`app.audit.export` wrote already is)."""
     places = list(zip(scan.partitions, scan.offsets, strict=True))
-    if all(a <= b for a, b in pairwise(places)):
+    if all(map(operator.le, places, places[1:])):
         return
     order = sorted(range(len(places)), key=places.__getitem__)
     moved = {old: new for new, old in enumerate(order)}
