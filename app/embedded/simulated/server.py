@@ -311,35 +311,15 @@ class SimulatedProviders:
     async def _serve(
         self, provider: _Provider, messages: list[Any], max_tokens: int, share: float = 1.0
     ) -> web.Response:
-        override = provider.override
-        result = draw(
-            provider.rng,
-            provider.model,
-            success_rate=override.success_rate,
-            rate_limit_share=self.rate_limit_share,
-        )
-        provider.stats.requests += 1
-        if override.outage:
-            provider.stats.server_errors += 1
-            return server_error_response("simulated outage")
-        latency_ms = result.latency_ms * override.latency_factor
-        if override.malformed:
-            await self._sleep(latency_ms)
-            return web.Response(status=200, text='{"choices": [', content_type="application/json")
-        if override.rate_limited or result.outcome is Outcome.RATE_LIMITED:
-            provider.stats.rate_limited += 1
-            await self._sleep(latency_ms * RATE_LIMIT_LATENCY_FRACTION)
-            return self._rate_limited("simulated rate limit", override.retry_after_s)
-        await self._sleep(latency_ms * share)
-        if result.outcome is Outcome.SERVER_ERROR:
-            provider.stats.server_errors += 1
-            return server_error_response("simulated upstream failure")
+        failure, latency_ms = await self._faults(provider, '{"choices": [', share)
+        if failure is not None:
+            return failure
         provider.stats.ok += 1
         cached = provider.cache.serve(messages)
         if cached:
             provider.stats.cache_reads += 1
             provider.stats.cached_tokens += cached
-        text = override.reply_text
+        text = provider.override.reply_text
         return self._success(provider.model.model, messages, max_tokens, latency_ms, text, cached)
 
     def _success(
@@ -381,7 +361,7 @@ class SimulatedProviders:
             return self._rate_limited("concurrency limit reached")
         provider.in_flight += 1
         try:
-            failed, latency_ms = await self._faults(provider)
+            failed, latency_ms = await self._faults(provider, '{"data": [')
             if failed is not None:
                 return failed
             provider.stats.ok += 1
@@ -391,9 +371,12 @@ class SimulatedProviders:
         finally:
             provider.in_flight -= 1
 
-    async def _faults(self, provider: _Provider) -> tuple[web.Response | None, float]:
-        """One call's draw, waited out: its failure (an outage, a malformed body, a 429, a
-        503), or None and the latency of a success."""
+    async def _faults(
+        self, provider: _Provider, malformed_text: str, share: float = 1.0
+    ) -> tuple[web.Response | None, float]:
+        """One call's draw, waited out (``share`` of a success's latency: the rest is the
+        caller's): its failure (an outage, a body cut at ``malformed_text``, a 429, a 503),
+        or None and the latency of a success."""
         override = provider.override
         result = draw(
             provider.rng,
@@ -408,13 +391,15 @@ class SimulatedProviders:
         latency_ms = result.latency_ms * override.latency_factor
         if override.malformed:
             await self._sleep(latency_ms)
-            malformed = web.Response(status=200, text='{"data": [', content_type="application/json")
+            malformed = web.Response(
+                status=200, text=malformed_text, content_type="application/json"
+            )
             return malformed, latency_ms
         if override.rate_limited or result.outcome is Outcome.RATE_LIMITED:
             provider.stats.rate_limited += 1
             await self._sleep(latency_ms * RATE_LIMIT_LATENCY_FRACTION)
             return self._rate_limited("simulated rate limit", override.retry_after_s), latency_ms
-        await self._sleep(latency_ms)
+        await self._sleep(latency_ms * share)
         if result.outcome is Outcome.SERVER_ERROR:
             provider.stats.server_errors += 1
             return server_error_response("simulated upstream failure"), latency_ms
