@@ -185,14 +185,26 @@ def _short(text: str, key: str) -> str:
 # --------------------------------------------------------------------------- classification
 
 
-def classify_response(response: httpx.Response, latency_ms: float, key: str = "") -> CallResult:
-    """The result of a call that got an HTTP response (its body already read)."""
+def _answer_body(
+    response: httpx.Response, latency_ms: float, key: str
+) -> dict[str, Any] | CallResult:
+    """A 2xx answer's JSON object, or the call's failure (its HTTP status, or a body that
+    is not a JSON object)."""
     status = response.status_code
     if not 200 <= status < 300:
         return _http_failure(response, latency_ms, key)
     body = _json_object(response.content)
     if body is None:
         return CallResult(StatusClass.BAD_RESPONSE, status, latency_ms, error="malformed JSON body")
+    return body
+
+
+def classify_response(response: httpx.Response, latency_ms: float, key: str = "") -> CallResult:
+    """The result of a call that got an HTTP response (its body already read)."""
+    body = _answer_body(response, latency_ms, key)
+    if isinstance(body, CallResult):
+        return body
+    status = response.status_code
     usage = usage_of(body.get("usage"))
     problem, finish_reason = _check_completion(body)
     if finish_reason is not None:
@@ -220,12 +232,10 @@ def classify_embeddings(
 ) -> CallResult:
     """The result of an embeddings call that got an HTTP response (its body already read):
     a failure as a chat call's, a 2xx a success only with one vector per text."""
+    body = _answer_body(response, latency_ms, key)
+    if isinstance(body, CallResult):
+        return body
     status = response.status_code
-    if not 200 <= status < 300:
-        return _http_failure(response, latency_ms, key)
-    body = _json_object(response.content)
-    if body is None:
-        return CallResult(StatusClass.BAD_RESPONSE, status, latency_ms, error="malformed JSON body")
     tokens_in = usage_of(body.get("usage")).tokens_in
     answer, problem = read_embeddings(body, request, model, tokens_in)
     if answer is None:
