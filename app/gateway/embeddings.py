@@ -22,7 +22,7 @@ from aiohttp import web
 
 from app.contract.request import MAX_EMBEDDING_INPUTS
 from app.gateway import shape
-from app.gateway.errors import from_error_body, invalid
+from app.gateway.errors import invalid, raise_if_failed
 from app.gateway.service import Gateway
 from app.gateway.wire import read_body
 
@@ -52,10 +52,7 @@ async def embeddings(request: web.Request, gateway: Gateway) -> web.Response:
     common, own = embeddings_event(body)
     prepared = gateway.prepare(common, key, request.headers.get(REQUEST_ID_HEADER), own)
     response = await gateway.submit(prepared)
-    if response.status != "ok":
-        error = from_error_body(response.error)
-        error.extra_headers.update(shape.headers_of(response))
-        raise error
+    raise_if_failed(response, shape.headers_of(response))
     return web.json_response(shape.completion_of(response), headers=shape.headers_of(response))
 
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.contract import REQUEST_REFUSED, RESPONSE_TOO_LARGE, ErrorBody
+from app.contract import REQUEST_REFUSED, RESPONSE_TOO_LARGE, ErrorBody, Response
 
 #: OpenAI's error ``type`` for each status the gateway answers with.
 ERROR_TYPES: dict[int, str] = {
@@ -83,6 +83,15 @@ def from_dead_letter(reason: str, detail: str) -> GatewayError:
     status = DEAD_LETTER_STATUS.get(reason, 400)
     code = "model_not_found" if reason == "unknown_route" else reason
     return GatewayError(status, f"{reason}: {detail}", code, should_retry=False)
+
+
+def raise_if_failed(response: Response, headers: dict[str, str]) -> None:
+    """A failed answer as the gateway's error (its status, advice and ``headers``: the
+    answer's own, app/gateway/shape.py); nothing for a successful one."""
+    if response.status != "ok":
+        error = from_error_body(response.error)
+        error.extra_headers.update(headers)
+        raise error
 
 
 def from_error_body(error: ErrorBody | None) -> GatewayError:

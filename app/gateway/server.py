@@ -15,7 +15,7 @@ from app.config.schema import GatewayKey
 from app.contract import Response, StreamDelta
 from app.gateway import shape
 from app.gateway.embeddings import add_routes as add_embeddings_routes
-from app.gateway.errors import GatewayError, from_error_body, invalid
+from app.gateway.errors import GatewayError, from_error_body, invalid, raise_if_failed
 from app.gateway.messages_api.api import add_routes as add_messages_routes
 from app.gateway.relay import Relay
 from app.gateway.responses_api.api import ResponsesApi
@@ -90,10 +90,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if stream:
         return await _stream_live(request, gateway, prepared, include_usage)
     response = await gateway.submit(prepared)
-    if response.status != "ok":
-        error = from_error_body(response.error)
-        error.extra_headers.update(shape.headers_of(response))
-        raise error
+    raise_if_failed(response, shape.headers_of(response))
     return web.json_response(shape.completion_of(response), headers=shape.headers_of(response))
 
 
@@ -166,10 +163,7 @@ async def completion_by_id(request: web.Request) -> web.Response:
     if found is None:
         message = f"request {request_id!r} is still in progress: its answer is not complete yet"
         raise GatewayError(409, message, "request_in_progress", retry_after_s=1.0)
-    if found.status != "ok":
-        error = from_error_body(found.error)
-        error.extra_headers.update(shape.headers_of(found))
-        raise error
+    raise_if_failed(found, shape.headers_of(found))
     return web.json_response(shape.completion_of(found), headers=shape.headers_of(found))
 
 

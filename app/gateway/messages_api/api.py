@@ -19,7 +19,7 @@ from multidict import CIMultiDictProxy
 
 from app.config.schema import GatewayKey
 from app.gateway import shape
-from app.gateway.errors import GatewayError, from_error_body, invalid
+from app.gateway.errors import GatewayError, invalid, raise_if_failed
 from app.gateway.keys import KeyRing
 from app.gateway.messages_api.errors import error_response
 from app.gateway.messages_api.frames import MessageEvents
@@ -81,10 +81,7 @@ class MessagesApi:
             items = gateway.stream_items(prepared)
             return await relay_stream(request, relay, items, gateway.wait_s)
         response = await gateway.submit(prepared)
-        if response.status != "ok":
-            error = from_error_body(response.error)
-            error.extra_headers.update(shape.headers_of(response))
-            raise error
+        raise_if_failed(response, shape.headers_of(response))
         return web.json_response(message_of(response, stops), headers=shape.headers_of(response))
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
