@@ -24,6 +24,7 @@ from app.config.access import Budget as Budget
 from app.config.access import Credential as Credential
 from app.config.access import GatewayKey as GatewayKey
 from app.config.auto import AffinityConfig, AutoConfig
+from app.config.cache import CacheConfig
 from app.config.dynamic_routes import DynamicRoutes, GraphError
 from app.config.providers import ProviderConfig, deployment_id
 from app.contract.features import DOMAIN_ORDER
@@ -100,6 +101,8 @@ class RouteConfig(DataRules):
     affinity: AffinityConfig | None = None
     #: Opt the route's requests in to its ``status: preview`` deployments.
     preview: bool = False
+    #: The route's response cache (app/config/cache.py), off when absent.
+    cache: CacheConfig | None = None
 
 
 class ProviderLists(DataRules):
@@ -274,9 +277,13 @@ class RoutingConfig(BaseModel):
 
     def routing_view(self) -> dict[str, Any]:
         """Everything that can change a decision, without secrets. Hashed into decisions."""
-        return self.model_dump(
+        view = self.model_dump(
             mode="json", exclude={"providers": {"__all__": {"api_key"}}, "gateway_keys": True}
         )
+        for route in view["routes"].values():
+            if route.get("cache") is None:  # no cache: the hash it had before caches existed
+                route.pop("cache", None)
+        return view
 
     @cached_property
     def config_hash(self) -> str:

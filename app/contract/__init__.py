@@ -17,6 +17,7 @@ from app.contract.answer import REQUEST_REFUSED, DeadLetter, ErrorBody, Response
 from app.contract.auto import AutoTrace
 from app.contract.base import SCHEMA_VERSION, Envelope, Frozen, GradeSource, LogPosition, derived_id
 from app.contract.budget import BudgetAsk, BudgetSettle, BudgetVerdict, ledger_key
+from app.contract.cache import CacheKey, CacheTrace
 from app.contract.catalog import INTERNAL_EVENTS, PUBLIC_EVENTS
 from app.contract.decision import Candidate, Decision, Exclusion
 from app.contract.dispatch import Dispatch
@@ -79,6 +80,8 @@ __all__ = [
     "BudgetAsk",
     "BudgetSettle",
     "BudgetVerdict",
+    "CacheKey",
+    "CacheTrace",
     "Candidate",
     "ChatMessage",
     "ChatRequest",

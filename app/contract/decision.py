@@ -8,6 +8,7 @@ from typing import Literal
 
 from app.contract.auto import AutoTrace
 from app.contract.base import Envelope, Frozen
+from app.contract.cache import CacheTrace
 from app.contract.dynamic import DynamicTrace
 
 
@@ -47,7 +48,8 @@ class Decision(Envelope):
     state_version: int
     propensity: float
     #: Why the chosen deployment won: "score", "untried_first", "half_open_probe",
-    #: "retry_same_deployment" (a retry of the deployment that failed), "auto", "affinity".
+    #: "retry_same_deployment" (a retry of the deployment that failed), "auto", "affinity",
+    #: "cache" (answered from the route's response cache: no provider is called).
     selection_rule: str = "score"
     #: The detected domain, and how it narrowed the candidates
     #: (``specialists``, ``fallback_generalists``, ``no_domain``, ``all_providers``, ``pinned``).
@@ -70,5 +72,7 @@ class Decision(Envelope):
     #: The affinity pin followed (``session`` or ``context``) when ``selection_rule`` is
     #: ``affinity``.
     affinity: str | None = None
+    #: The response cache's hit (``selection_rule`` ``cache``): the source it reuses.
+    cache: CacheTrace | None = None
     prompt_sha256: str
     prompt_chars: int

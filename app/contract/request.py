@@ -70,6 +70,10 @@ class RoutingOptions(BaseModel):
     #: The routes the request may be served on (a gateway key's allowlist), whatever a
     #: dynamic route or a fallback model names: another is refused (``route_not_allowed``).
     allowed_routes: list[str] | None = None
+    #: The route's response cache: ``true`` lets it answer this request (and store its
+    #: answer) whatever the temperature; ``false`` keeps it out; absent: only a request
+    #: with ``temperature: 0`` is cached (docs/routing.md, "Response cache").
+    cache: bool | None = None
 
 
 class MaxPrice(BaseModel):

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from app.contract.base import Envelope, GradeSource, LogPosition
 from app.contract.budget import BudgetAsk, BudgetSettle, BudgetVerdict, ledger_key
+from app.contract.cache import CacheKey
 from app.contract.dynamic import DynamicTrace
 from app.contract.features import Features
 from app.contract.outcome import Outcome
@@ -55,6 +56,9 @@ class RequestAccepted(Envelope):
     #: attempt continues after it (docs/flow.md, mid-stream failover). Routing log only:
     #: like the prompt, never on a decision, an outcome or a trace.
     answered_prefix: str | None = None
+    #: The response cache's keys (hashes and a quantised vector, no text), when its route
+    #: may answer it from the cache (docs/routing.md, "Response cache").
+    cache: CacheKey | None = None
 
 
 class AttemptFinished(Envelope):
