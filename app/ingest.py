@@ -25,6 +25,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from app.config.auto import AUTO_MODEL, auto_route
+from app.config.cache import CacheConfig
 from app.config.schema import RoutingConfig
 from app.contract import (
     REQUEST_REFUSED,
@@ -41,6 +42,7 @@ from app.guardrails import rules_for, screen_messages
 from app.routing.presets import UNKNOWN_PRESET, applying, with_defaults
 from app.routing.presets import unknown as unknown_preset
 from app.settings import DEFAULT_MAX_INT_DIGITS, DEFAULT_MAX_JSON_DEPTH
+from app.understanding.cache_key import cache_key
 from app.understanding.features import extract_features
 from app.understanding.guardrails import KeywordRule, check_request, compile_keywords
 from app.understanding.modes import ModelRef, parse_model_id
@@ -228,7 +230,13 @@ def accept(
         input_rules=list(screened.fired),
         input_blocked=screened.blocked,
         prefix_sha256=prefix_sha256(request),
+        cache=cache_key(request, route, _cache_config(config, route)),
     )
+
+
+def _cache_config(config: RoutingConfig, route: str) -> CacheConfig | None:
+    configured = config.routes.get(route)
+    return configured.cache if configured is not None else None
 
 
 #: Refusals a policy version newer than the one checked against may lift (a route or a
