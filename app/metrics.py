@@ -59,9 +59,15 @@ ROUTER_LOCAL_FOLDS = Counter(
 )
 ROUTER_RECALLS = Counter(
     "switchyard_router_recalls_total",
-    "Waiting requests (line) and parked attempts (parked) the router read back from the "
-    "routing log because its bounded memory did not hold them.",
+    "Waiting requests (line), parked attempts (parked) and cached answers (cached) the "
+    "router read back from the routing log because its bounded memory did not hold them.",
     ["kind"],
+)
+CACHE_HITS = Counter(
+    "switchyard_cache_hits_total",
+    "Requests answered from their route's response cache (no provider called), by kind "
+    "(exact or semantic).",
+    ["route", "kind"],
 )
 ROUTE_WAITING = Gauge(
     "switchyard_route_waiting",

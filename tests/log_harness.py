@@ -87,6 +87,7 @@ class Log:
             for dispatch in step.dispatches:
                 self.decisions.append(dispatch.decision)
                 calls.append((position + self.lag, self.finished(dispatch)))
+            self.decisions += step.decisions  # answered from the response cache
             position += 1
         return driver
 

@@ -14,7 +14,7 @@ ORDER = {
     Evidence: "answers graded weight score square wins costed cost_usd tokens_in tokens_out",
     Sums: "calls failures answers reward latency_s",
     Recent: "at slow fast",
-    OpenAttempt: "deployment decided_at deadline budget_nodes affinity",
+    OpenAttempt: "deployment decided_at deadline budget_nodes affinity cache",
 }
 
 

@@ -67,6 +67,8 @@ class RunResult:
     unresolved: int = 0
     #: Requests the router answered without a provider's answer (see ROUTER_ERRORS).
     router_errors: int = 0
+    #: Requests answered from the response cache (no attempt, no call).
+    cache_hits: set[str] = field(default_factory=set)
 
 
 def _derived(event: RoutingEvent) -> bool:
@@ -134,6 +136,7 @@ class _Run:
         )
         for dispatch in step.dispatches:
             self.dispatched(route, dispatch)
+        self.result.cache_hits.update(d.request_id for d in step.decisions)
 
     def dispatched(self, route: str, dispatch: Dispatch) -> None:
         decision = dispatch.decision
@@ -211,12 +214,20 @@ class Side:
     sources: dict[str, int] = field(default_factory=dict)
     unresolved: int = 0
     router_errors: int = 0
+    #: Requests answered from the response cache: no attempt (a success).
+    cache_hits: int = 0
 
 
-def _side(decisions: Mapping[Key, Decision], outcomes: list[Outcome], requests: int) -> Side:
+def _side(
+    decisions: Mapping[Key, Decision],
+    outcomes: list[Outcome],
+    requests: int,
+    hits: set[str] | None = None,
+) -> Side:
+    """``decisions``: the attempts (calls); ``hits``: requests answered from the cache."""
     counts = Counter(d.deployment for d in decisions.values())
     total = sum(counts.values())
-    ok = {o.request_id for o in outcomes if o.reward >= 0.5}
+    ok = {o.request_id for o in outcomes if o.reward >= 0.5} | (hits or set())
     n = len(outcomes)
     return Side(
         requests=requests,
@@ -226,6 +237,7 @@ def _side(decisions: Mapping[Key, Decision], outcomes: list[Outcome], requests: 
         mean_reward=sum(o.reward for o in outcomes) / n if n else 0.0,
         mean_latency_ms=sum(o.latency_ms for o in outcomes) / n if n else 0.0,
         total_cost_usd=sum(o.cost_usd for o in outcomes),
+        cache_hits=len(hits or ()),
     )
 
 
@@ -256,7 +268,11 @@ def counterfactual(
     log: RecordedLog, alt: Policy, label: str, runs: int = 5
 ) -> CounterfactualReport:
     recorded_decisions: dict[Key, Decision] = {}
+    recorded_hits: set[str] = set()
     for decision in events(log.decisions):
+        if decision.selection_rule == "cache":  # answered from the cache: no call
+            recorded_hits.add(decision.request_id)
+            continue
         recorded_decisions.setdefault((decision.request_id, decision.attempt), decision)
     outcomes = {o.id: o for o in _recorded_outcomes(log)}
     requests = len(
@@ -266,7 +282,12 @@ def counterfactual(
     sides = []
     for run in range(max(1, runs)):
         result = _Run(log, alt, model, run).execute()
-        side = _side(result.decisions, [o for o, _ in result.outcomes.values()], requests)
+        side = _side(
+            result.decisions,
+            [o for o, _ in result.outcomes.values()],
+            requests,
+            result.cache_hits,
+        )
         changed = sum(
             1
             for (request_id, attempt), decision in result.decisions.items()
@@ -303,7 +324,7 @@ def counterfactual(
         recorded_config_hashes=dict(Counter(d.config_hash for d in recorded_decisions.values())),
         alternative_config_hash=alt.config_hash,
         alternative_label=label,
-        recorded=_side(recorded_decisions, list(outcomes.values()), requests),
+        recorded=_side(recorded_decisions, list(outcomes.values()), requests, recorded_hits),
         runs=sides,
         basis=basis,
     )

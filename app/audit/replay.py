@@ -116,6 +116,9 @@ def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederiv
         for dispatch in step.dispatches:
             result.decisions.append(dispatch.decision)
             result.decision_origins.append(where)
+        for decision in step.decisions:  # answered from the response cache
+            result.decisions.append(decision)
+            result.decision_origins.append(where)
         for response in step.responses:
             result.responses.append(response)
             result.response_origins.append(where)

@@ -321,6 +321,9 @@ def _fold(task: FoldTask) -> tuple[Folded, list[_Made[Decision]], list[_Made[Res
         for dispatch in step.dispatches:
             decisions.append(_Made(dispatch.decision, where, index, ordinal))
             ordinal += 1
+        for decision in step.decisions:  # answered from the response cache
+            decisions.append(_Made(decision, where, index, ordinal))
+            ordinal += 1
         for response in step.responses:
             responses.append(_Made(response, where, index, ordinal))
             ordinal += 1

@@ -29,6 +29,9 @@ def render(report: CounterfactualReport) -> str:
     for deployment in sorted({*rec.share, *(d for r in runs for d in r.share)}):
         share = [r.share.get(deployment, 0.0) for r in runs]
         rows.append(_row(f"share {deployment}", rec.share.get(deployment, 0.0), share, ".1%"))
+    if rec.cache_hits or any(r.cache_hits for r in runs):
+        hits = [float(r.cache_hits) for r in runs]
+        rows.append(("answered from the cache", str(rec.cache_hits), _range(hits, ".1f")))
     rows += [
         _row("requests with a success", rec.requests_ok, [r.requests_ok for r in runs], ".1%"),
         _row("mean reward per attempt", rec.mean_reward, [r.mean_reward for r in runs], ".3f"),

@@ -124,6 +124,8 @@ class _Simulation:
         for dispatch in step.dispatches:
             self.record("decisions", dispatch.decision.model_dump_json())
             self.execute(dispatch)
+        for decision in step.decisions:  # answered from the response cache
+            self.record("decisions", decision.model_dump_json())
         for response in step.responses:
             self.record("responses", response.model_dump_json())
 

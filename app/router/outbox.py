@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from app import metrics
-from app.contract import route_of
+from app.contract import Decision, route_of
 from app.router.ports import Outbox
 from app.routing.fold import Step
 from app.worker.transactions import Sender
@@ -31,6 +31,10 @@ async def publish(
         metrics.DECISIONS_BY_DOMAIN.labels(
             domain=decision.domain or "none", candidate_filter=decision.candidate_filter
         ).inc()
+    for decision in step.decisions:  # answered from the response cache: no call
+        key = decision.request_id.encode()
+        pending.append(await send(out.decisions, key, decision.model_dump_json(), None))
+        metrics.CACHE_HITS.labels(route=decision.route, kind=_cache_kind(decision)).inc()
     for record in step.records:  # budget asks, verdicts, settlements
         key = route_of(record).encode()
         pending.append(await send(out.routing_log, key, record.model_dump_json(), None))
@@ -45,3 +49,7 @@ async def publish(
         if response.error is not None and response.attempts == 0 and response.error.code:
             metrics.REFUSALS.labels(code=response.error.code).inc()
     return pending
+
+
+def _cache_kind(decision: Decision) -> str:
+    return decision.cache.kind if decision.cache is not None else "exact"

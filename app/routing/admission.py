@@ -21,7 +21,7 @@ from app.contract import (
     RequestAccepted,
     derived_id,
 )
-from app.routing import affinity, auto, parking, status
+from app.routing import affinity, auto, cache, parking, status
 from app.routing.answers import at, backoff_s, deadline_error, deadline_of, error_response
 from app.routing.attempts import attempt_limit, first_attempt, has_fallback
 from app.routing.budget_route import ask_first
@@ -114,6 +114,10 @@ def _admit(
     state, steered = steer(state, accepted, position, policy)
     if isinstance(steered, Step):
         return steered  # refused or forwarded by its dynamic route
+    if _route_allowed(steered):
+        state, found = cache.lookup(state, steered, policy)
+        if found is not None:
+            return cache.hit(state, steered, found, policy)  # no provider is called
     taken = route(
         state, steered, first_attempt(steered), [], policy, carrier=position, on_line=True
     )
@@ -220,6 +224,7 @@ def route(
             deadline,
             tuple(accepted.dynamic.budget_nodes) if accepted.dynamic else (),  # budget_nodes
             keys,  # affinity
+            cache.ref_of(accepted, policy),  # where its answer is cached
         ),
     }
     expiry = deadline + LOST_ATTEMPT_GRACE_S

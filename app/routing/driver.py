@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
-from app.contract import PolicyChanged, RequestAccepted, RoutingLogEvent, route_of
+from app.contract import (
+    AttemptFinished,
+    PolicyChanged,
+    RequestAccepted,
+    RoutingLogEvent,
+    route_of,
+)
 from app.routing.book import PolicyBook
 from app.routing.fold import Step, Want, handle, take, wanted
 from app.routing.policy import Policy
@@ -64,6 +70,21 @@ class Recall:
     carriers: dict[int, RoutingLogEvent] = field(default_factory=dict)
     line_bytes: int = 0
     sizes: dict[int, int] = field(default_factory=dict)
+    #: The answers the route's response cache refers to, by position (a cache hit's
+    #: response is the source's completion), within ``max_bytes`` of their own.
+    answers: dict[int, RoutingLogEvent] = field(default_factory=dict)
+    answer_sizes: dict[int, int] = field(default_factory=dict)
+
+    def keep_answer(self, position: int, event: RoutingLogEvent, size: int) -> None:
+        """Keep a cached answer while their total size stays within ``max_bytes``; past
+        it, it is read back from the log when a hit needs it."""
+        if position in self.answers:
+            return
+        used = sum(self.answer_sizes.values())
+        if self.max_bytes is not None and used + size > self.max_bytes:
+            return
+        self.answers[position] = event
+        self.answer_sizes[position] = size
 
     def start_line(self, after: int) -> None:
         """The line starts after ``after``: what it holds from now on is all of it."""
@@ -109,6 +130,9 @@ class Recall:
         if want.kind == "parked":
             event = self.carriers.get(want.position)
             return None if event is None else (want.position, event)
+        if want.kind == "cached":
+            event = self.answers.get(want.position)
+            return None if event is None else (want.position, event)
         return self.head_after(want.position)
 
     def prune(self, state: RouteState) -> None:
@@ -117,6 +141,11 @@ class Recall:
             wanted_carriers = {p.carrier for p in state.parked.values()}
             for position in [p for p in self.carriers if p not in wanted_carriers]:
                 del self.carriers[position]
+        if self.answers:
+            cached = {e.position for e in state.cache.values()}
+            for position in [p for p in self.answers if p not in cached]:
+                del self.answers[position]
+                self.answer_sizes.pop(position, None)
         if not state.line.waiting:
             self._clear_line()
             self.line_from = None
@@ -134,7 +163,7 @@ class Recall:
 
 def find_in_log(log: Mapping[int, RoutingLogEvent], route: str, want: Want) -> Recalled | None:
     """What ``want`` names, looked up in a whole log held in memory."""
-    if want.kind == "parked":
+    if want.kind in ("parked", "cached"):
         event = log.get(want.position)
         return None if event is None else (want.position, event)
     after = [
@@ -275,3 +304,10 @@ class Driver:
             memory.keep_line(position, event, size, raw)
         if after.parked and any(p.carrier == position for p in after.parked.values()):
             memory.carriers[position] = event
+        if after.cache and isinstance(event, AttemptFinished):
+            newest = next(reversed(after.cache.values()))
+            if newest.position == position:  # this answer was just cached
+                size = 0
+                if memory.max_bytes is not None:
+                    size = len(raw) if raw is not None else len(event.model_dump_json())
+                memory.keep_answer(position, event, size)

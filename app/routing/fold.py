@@ -54,7 +54,7 @@ from app.contract import (
     RoutingLogEvent,
     refusal_code,
 )
-from app.routing import affinity, budget
+from app.routing import affinity, budget, cache
 from app.routing.admission import LOST_ATTEMPT_GRACE_S, route, take_request
 from app.routing.answers import (
     at,
@@ -129,6 +129,7 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
             expired + overdue + step.responses,
             step.applied,
             step.records,
+            step.decisions,
         )
     route_name = event.outcome.route if isinstance(event, AttemptFinished) else event.route
     return _give_back(step, route_name)
@@ -139,7 +140,9 @@ def _give_back(step: Step, route_name: str) -> Step:
     state, records = give_back_answered(step.state, route_name, step.responses)
     if not records:
         return step
-    return Step(state, step.dispatches, step.responses, step.applied, step.records + records)
+    return Step(
+        state, step.dispatches, step.responses, step.applied, step.records + records, step.decisions
+    )
 
 
 def _ledger(state: RouteState, event: BudgetAsk | BudgetSettle, policy: Policy) -> Step:
@@ -171,7 +174,8 @@ def _switch_policy(state: RouteState, change: PolicyChanged, policy: Policy) -> 
     budget's ledger serves the asks a new limit lets it hold."""
     if change.version <= state.policy_version:
         return Step(state)  # a copy the relay re-sent: the route already switched
-    state = evolve_route(state, policy_version=change.version)
+    # The response cache's answers were given under the version before: it starts empty.
+    state = evolve_route(state, policy_version=change.version, cache={})
     if state.ledger is None or not state.ledger.waiting:
         return Step(state)
     scope = change.route.removeprefix("budget:")
@@ -199,17 +203,22 @@ class Want:
 
     ``parked``: the event at ``position`` (a parked attempt's carrier, ``key`` its
     attempt). ``line``: the head of the line, the route's first ``RequestAccepted``
-    after ``position``.
+    after ``position``. ``cached``: the event at ``position`` (the ``attempt.finished``
+    whose answer the response cache gives request ``key``: app/routing/cache.py).
     """
 
-    kind: Literal["parked", "line"]
+    kind: Literal["parked", "line", "cached"]
     position: int
     key: str = ""
 
 
 def wanted(state: RouteState) -> Want | None:
-    """What to take next: a parked attempt whose wait is over (oldest first), then the
-    head of the line unless it already found no deployment at this position."""
+    """What to take next: the answer of a request served from the cache in this step,
+    then a parked attempt whose wait is over (oldest first), then the head of the line
+    unless it already found no deployment at this position."""
+    if state.cache_serving:
+        request_id = min(state.cache_serving)
+        return Want("cached", state.cache_serving[request_id].position, request_id)
     due = [(p.retry_at, key) for key, p in state.parked.items() if p.retry_at <= state.clock]
     if due:
         _, key = min(due)
@@ -226,6 +235,8 @@ def take(
     """Fold what :func:`wanted` asked for: ``event``, recalled from ``position`` of the log."""
     if want.kind == "parked":
         return _look_again(state, want.key, event, policy)
+    if want.kind == "cached":
+        return cache.answer(state, want.key, position, event)
     if not isinstance(event, RequestAccepted) or position <= want.position:
         raise ValueError(f"the line's head after {want.position} is not at {position}")
     line = state.line
@@ -234,7 +245,12 @@ def take(
         blocked = Line(line.waiting, line.after, state.position)
         return Step(evolve_route(taken.on(state), line=blocked))
     moved = Line(waiting=line.waiting - 1, after=position, blocked_at=line.blocked_at)
-    return Step(evolve_route(taken.state, line=moved), taken.dispatches, taken.responses)
+    return Step(
+        evolve_route(taken.state, line=moved),
+        taken.dispatches,
+        taken.responses,
+        decisions=taken.decisions,
+    )
 
 
 def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: Policy) -> Step:
@@ -323,6 +339,8 @@ def _finish(state: RouteState, event: AttemptFinished, position: int, policy: Po
     state = evolve_route(
         state, arms={**state.arms, outcome.deployment: arm}, open_attempts=open_attempts
     )
+    if finished_attempt.cache is not None:
+        state = cache.store(state, finished_attempt.cache, event, position, policy)
     state = count_spend(state, finished_attempt.budget_nodes, outcome.cost_usd, policy)
     state = affinity.observe(state, finished_attempt.affinity, outcome, policy)
     used = Amount(

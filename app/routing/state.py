@@ -151,6 +151,47 @@ class ArmState:
 
 
 @record
+class CacheRef:
+    """What an attempt's successful answer is cached under (app/routing/cache.py): the
+    request's cache key and scope (with its dynamic route's target, when it has one),
+    and its last user message's quantised embedding on a semantic route."""
+
+    key: str
+    scope: str
+    vector: str = ""
+    embedder: str = ""
+
+
+@record
+class CacheEntry:
+    """A cached answer, by reference: the request that got it and the routing-log
+    position of its ``attempt.finished`` (the completion stays in the log)."""
+
+    request_id: str
+    position: int
+    #: Route-clock time it was folded (its ``ttl_s`` runs from there).
+    stored_at: float
+    deployment: str
+    #: What the answer cost (what each hit saves).
+    cost_usd: float
+    scope: str
+    #: Semantic: the quantised embedding (base64) and its squared norm.
+    vector: str = ""
+    embedder: str = ""
+    norm2: int = 0
+
+
+@record
+class Serving:
+    """A request answered from the cache within the step that found the hit: the driver
+    recalls ``position`` (the source's answer) before the step ends, so no written row
+    holds one."""
+
+    source: str
+    position: int
+
+
+@record
 class OpenAttempt:
     deployment: str
     decided_at: float
@@ -161,6 +202,8 @@ class OpenAttempt:
     #: Affinity: the keys its request may pin (``s:…`` session, ``c:…`` context),
     #: pinned to the deployment if the answer reports a prompt-cache read.
     affinity: tuple[str, ...] = ()
+    #: Where its successful answer goes in the route's response cache (None: nowhere).
+    cache: CacheRef | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -334,6 +377,11 @@ class RouteState:
     #: its position, so the target's copy watermark (``accepted_through``) sees them in
     #: the order they were sent, however many one position sends.
     forwarded_through: int = -1
+    #: The response cache's entries by key, oldest first (app/routing/cache.py); bounded
+    #: by the route's ``cache.max_entries``.
+    cache: dict[str, CacheEntry] = field(default_factory=dict)
+    #: Requests being answered from the cache, by request id, within one step.
+    cache_serving: dict[str, Serving] = field(default_factory=dict)
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)

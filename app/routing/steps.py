@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import field, replace
 
-from app.contract import Dispatch, Response, RoutingLogEvent
+from app.contract import Decision, Dispatch, Response, RoutingLogEvent
 from app.routing.records import record
 from app.routing.state import ArmState, RouteState
 
@@ -19,6 +19,8 @@ class Step:
     #: Routing-log events to send, each keyed by its own route (budget asks, verdicts
     #: and settlements of budgets).
     records: list[RoutingLogEvent] = field(default_factory=list)
+    #: Decisions made without a call (answered from the response cache: app/routing/cache.py).
+    decisions: list[Decision] = field(default_factory=list)
 
     def then(self, later: Step) -> Step:
         """This step followed by ``later`` (taken from the state this one left)."""
@@ -28,6 +30,7 @@ class Step:
             self.responses + later.responses,
             self.applied,
             self.records + later.records,
+            self.decisions + later.decisions,
         )
 
 

@@ -1,4 +1,5 @@
-"""Reading the routing log back: the events a route's waiting requests are in.
+"""Reading the routing log back: the events a route's waiting requests are in, and the
+answers its response cache gives again.
 
 The router's fold keeps references to waiting requests, never the requests (a
 waiting request stays in the log). Its memory (:class:`app.routing.driver.Recall`)
@@ -64,6 +65,10 @@ class LogReader:
             if want.kind == "parked":
                 found = await self._read_one(consumer, tp, want.position)
                 memory.carriers[want.position] = found
+                return want.position, found
+            if want.kind == "cached":  # the answer a response-cache hit gives again
+                found = await self._read_one(consumer, tp, want.position)
+                memory.keep_answer(want.position, found, len(found.model_dump_json()))
                 return want.position, found
             events, up_to_date = await self._read_line(
                 consumer, tp, route, want.position, through, memory.max_bytes
