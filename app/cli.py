@@ -233,6 +233,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "reload": ("bench.reload", "3 policy changes under traffic on 2 workers; versions, replay"),
     "trace": ("bench.trace", "/admin/trace latency from the analytics store: 1,000 vs 100,000"),
     "affinity": ("bench.affinity", "cache/session affinity: hit rate and cost on 4 deployments"),
+    "cache": ("bench.cache", "response cache on paraphrases: hit rate, cost saved, wrong hits"),
     "record_cost": (
         "bench.record_cost",
         "CPU of one consumed and one sent record in a Faust agent",
