@@ -6,6 +6,7 @@ counterfactual without the cache."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from app.contract import (
     RequestAccepted,
     derived_id,
 )
-from app.routing import rows
+from app.routing import cache, rows
 from app.routing.answers import at
 from app.routing.book import document_hash, params_document
 from app.routing.driver import Driver
@@ -272,3 +273,11 @@ def test_a_paraphrase_is_a_semantic_hit_above_the_threshold() -> None:
     log = run(strict, ask(strict, 0), ask(strict, 1, paraphrase))
     assert decision_of(log, "r1").selection_rule != "cache"
     assert replayed(log, strict).mismatched == 0
+
+
+def test_similarities_are_the_same_integers_with_and_without_numpy() -> None:
+    rng = random.Random(7)
+    query = bytes(rng.randrange(256) for _ in range(256))
+    vectors = [bytes(rng.randrange(256) for _ in range(256)) for _ in range(50)]
+    vectors.append(bytes([0x81] * 256))  # -127 everywhere: the extreme products
+    assert cache._dots(query, vectors) == cache._dots_python(query, vectors)

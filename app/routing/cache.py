@@ -242,11 +242,15 @@ def _dots(query: bytes, vectors: list[bytes]) -> list[int]:
     try:
         import numpy as np
     except ImportError:  # the same integers, slower
-        q = _signed(query)
-        return [sum(a * b for a, b in zip(q, _signed(v), strict=True)) for v in vectors]
+        return _dots_python(query, vectors)
     matrix = np.frombuffer(b"".join(vectors), dtype=np.int8).reshape(len(vectors), len(query))
     column = np.frombuffer(query, dtype=np.int8).astype(np.int64)
     return [int(d) for d in matrix.astype(np.int64) @ column]
+
+
+def _dots_python(query: bytes, vectors: list[bytes]) -> list[int]:
+    q = _signed(query)
+    return [sum(a * b for a, b in zip(q, _signed(v), strict=True)) for v in vectors]
 
 
 def _nearest(state: RouteState, ref: CacheRef, threshold: float) -> Found | None:
