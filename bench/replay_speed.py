@@ -4,7 +4,7 @@
     python -m bench.replay_speed --requests 20000 --strategy thompson --profile
     python -m bench.replay_speed --jobs 2             # 1 job and 2 jobs side by side
 
-Builds a synthetic recorded log with :func:`app.audit.synthetic.synthetic_log`
+Builds a synthetic recorded log with :func:`bench.logs.synthetic.synthetic_log`
 (the live fold against simulated providers: four deployments, one with a
 concurrency cap, failures and retries), writes it as an export, then times, best
 of ``--rounds``:
@@ -52,7 +52,6 @@ from app.audit.log import RecordedLog, read_export
 from app.audit.log_texts import REPLAY_STREAMS, read_export_texts
 from app.audit.replay import ReplayReport, rederive, replay
 from app.audit.replay_parallel import FoldPool, Timings
-from app.audit.synthetic import Profile, synthetic_log
 from app.config.providers import ProviderConfig
 from app.config.schema import RouteConfig, RoutingConfig
 from app.contract import StatusClass
@@ -60,6 +59,7 @@ from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities
 from app.settings import Topics
+from bench.logs.synthetic import Profile, synthetic_log
 
 
 def bench_policy(strategy: str, routes: int = 1) -> Policy:

@@ -2,7 +2,7 @@
 requests in the analytics store (goal: p99 <= 20 ms, flat in the size of the log).
 
 For each size, a store file is filled the way the sink fills it (:meth:`Store.apply`)
-with sample logs (app/analytics/sample.py: the live fold against simulated providers,
+with sample logs (bench/logs/sample.py: the live fold against simulated providers,
 with retries, tenants, grades; 10,000 requests per chunk, each chunk its own request
 ids, times and offsets), then ``switchyard console``'s app serves it on loopback and one
 client asks for the traces of ``--lookups`` random requests, one at a time, the sizes in
@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
 def fill(path: Path, requests: int, seed: int = 0) -> tuple[Any, list[str], float]:
     """A store file with ``requests`` sample requests; its request ids; seconds taken."""
     from app.analytics.load import fold_log
-    from app.analytics.sample import sample_log
     from app.analytics.store import Store
     from app.settings import Topics
+    from bench.logs.sample import sample_log
 
     store = Store(path)
     ids: list[str] = []

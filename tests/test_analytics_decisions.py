@@ -11,12 +11,12 @@ import duckdb
 import orjson
 
 from app.analytics.rows import Position, Skip, decision_row, rows_of
-from app.analytics.sample import sample_log
 from app.analytics.schema import DECISIONS, create_statements
 from app.analytics.store import SourceRecord, Store
 from app.audit.decision_fields import COLUMNS, CONTEXT, SHOWN, context_of, scalar_type
 from app.audit.explain import build_trace
 from app.contract import Decision
+from bench.logs.sample import sample_log
 
 #: Columns the store fills itself, not from the decision.
 STORE_KEPT = {"previous_state_version", "kafka_topic", "kafka_partition", "kafka_offset"}

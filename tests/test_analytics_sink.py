@@ -17,13 +17,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.analytics.load import log_records
-from app.analytics.sample import sample_log
 from app.analytics.schema import EVENT_TABLES
 from app.analytics.store import SourceRecord, Store
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.stack import namespaced_topics
 from app.kafka import ensure_topics
 from app.settings import Settings, Topics
+from bench.logs.sample import sample_log
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 4

@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.analytics.load import fold_log, log_records
-from app.analytics.sample import sample_log
 from app.analytics.schema import EVENT_TABLES, TABLES
 from app.analytics.store import SourceRecord, Store
 from app.analytics.trace import store_trace
@@ -26,6 +25,7 @@ from app.cli import main
 from app.contract import AttemptFinished, GradeApplied, RequestAccepted
 from app.grades.matching import grade_id
 from app.settings import Topics
+from bench.logs.sample import sample_log
 
 TOPICS = Topics()
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "analytics.md"

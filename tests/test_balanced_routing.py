@@ -11,7 +11,6 @@ from factories import T0, dep, outcome, params, provider, route_state
 from log_harness import Log
 
 from app.audit.replay import replay
-from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import ConfigError, RoutingConfig, parse_config
 from app.contract import Decision, StatusClass
 from app.contract.mode import RoutingMode
@@ -22,6 +21,7 @@ from app.routing.policy import Policy
 from app.routing.rows import dumps, loads, to_row
 from app.routing.state import ArmState
 from app.routing.strategies import composite
+from bench.logs.synthetic import Profile, synthetic_log
 
 # --------------------------------------------------------------------------- helpers
 

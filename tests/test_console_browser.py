@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from app.analytics.load import fold_log
-from app.analytics.sample import sample_log
 from app.analytics.store import Store
 from app.console.server import RunningConsole, start_console
 from app.settings import Settings, Topics
+from bench.logs.sample import sample_log
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import WebDriverException  # noqa: E402

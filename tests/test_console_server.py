@@ -12,12 +12,12 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from pydantic import SecretStr
 
 from app.analytics.load import fold_log
-from app.analytics.sample import sample_log
 from app.analytics.store import Store
 from app.analytics.trace import store_trace
 from app.console.auth import COOKIE, console_gate
 from app.console.server import build_app
 from app.settings import Topics
+from bench.logs.sample import sample_log
 
 TOKEN = SecretStr("console-test-token-0123")
 

@@ -11,10 +11,10 @@ from factories import dep, params, provider
 from app.audit.counterfactual import counterfactual
 from app.audit.log import events
 from app.audit.replay import replay
-from app.audit.synthetic import Profile, synthetic_log
 from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.contract import BudgetSettle, RequestAccepted, StatusClass
 from app.routing.policy import Policy
+from bench.logs.synthetic import Profile, synthetic_log
 
 PROFILES = {
     dep("a"): Profile(success=0.9, latency_ms=800.0, failure=StatusClass.SERVER_ERROR),

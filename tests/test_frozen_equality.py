@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 import app.contract
-from app.audit.synthetic import synthetic_log
 from app.contract import Decision, LogPosition, Response
 from app.contract.base import Frozen
+from bench.logs.synthetic import synthetic_log
 from bench.replay_speed import PROFILES, bench_policy
 
 

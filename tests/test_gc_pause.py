@@ -14,8 +14,8 @@ from app.audit.export import write_export
 from app.audit.gc_pause import no_cycle_collection
 from app.audit.log import read_export
 from app.audit.replay import replay
-from app.audit.synthetic import synthetic_log
 from app.settings import Topics
+from bench.logs.synthetic import synthetic_log
 from bench.replay_speed import PROFILES, bench_policy
 
 

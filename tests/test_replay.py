@@ -16,13 +16,13 @@ from app.audit.export import read_policy, redact_record, write_export, write_pol
 from app.audit.log import Entry, RecordedLog, mentions, parse, read_export
 from app.audit.replay import rederive, render, replay
 from app.audit.side_by_side import render as render_side_by_side
-from app.audit.synthetic import Profile, synthetic_log
 from app.cli import main
 from app.contract import AttemptFinished, StatusClass
 from app.execution.outcome import finish as executor_finish
 from app.execution.outcome import recorded_result
 from app.routing.policy import Policy
 from app.settings import Topics
+from bench.logs.synthetic import Profile, synthetic_log
 
 CHEAP, MID, DEAR = dep("cerebras-x"), dep("groq-x"), dep("openai-x")
 PROFILES = {

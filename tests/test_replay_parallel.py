@@ -19,7 +19,6 @@ from app.audit.log import Entry, RecordedLog, parse, read_export
 from app.audit.log_texts import LogTexts, read_export_texts, texts_of
 from app.audit.replay import FoldPool, ReplayReport, rederive, render, replay
 from app.audit.replay_parallel import guess_key, plan, scan_entries, scan_export
-from app.audit.synthetic import Profile, synthetic_log
 from app.cli import main
 from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.contract import (
@@ -40,6 +39,7 @@ from app.routing.book import PolicyBook, document_hash, params_document
 from app.routing.driver import Driver
 from app.routing.policy import Policy
 from app.settings import Topics
+from bench.logs.synthetic import Profile, synthetic_log
 
 CHEAP, MID, DEAR = dep("cerebras-x"), dep("groq-x"), dep("openai-x")
 PROFILES = {

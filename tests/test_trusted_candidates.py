@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from app.audit.synthetic import synthetic_log
 from app.contract import Candidate, Exclusion
 from app.routing.driver import Driver
+from bench.logs.synthetic import synthetic_log
 from bench.replay_speed import PROFILES, bench_policy
 
 

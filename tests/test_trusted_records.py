@@ -12,10 +12,10 @@ import pytest
 from pydantic import BaseModel
 
 from app.audit.replay import replay
-from app.audit.synthetic import synthetic_log
 from app.contract import ChatMessage, ErrorBody, Response
 from app.routing.driver import Driver
 from app.routing.records import record, trusted
+from bench.logs.synthetic import synthetic_log
 from bench.replay_speed import PROFILES, bench_policy
 
 

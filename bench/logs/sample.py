@@ -1,6 +1,6 @@
 """A sample recorded log for the store's tests, the console's browser tests and the bench.
 
-:func:`app.audit.synthetic.synthetic_log` (the live fold against simulated providers:
+:func:`bench.logs.synthetic.synthetic_log` (the live fold against simulated providers:
 retries, a saturated deployment, a failing one whose breaker opens), then dressed
 with what a live log also holds and the simulation does not make: a tenant per
 request, grades of some answers and policy changes on the routing log. Grades and
@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 
 from app.audit.log import Entry, RecordedLog, parse
-from app.audit.synthetic import Profile, synthetic_log
 from app.config.providers import ProviderConfig
 from app.config.schema import RoutingConfig
 from app.contract import (
@@ -33,6 +32,7 @@ from app.grades.matching import grade_id
 from app.routing.fold import at, epoch
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
+from bench.logs.synthetic import Profile, synthetic_log
 
 TENANTS = ("acme", "globex", "initech", None)
 PROFILES = {
