@@ -12,7 +12,7 @@ from typing import Any
 from bench.gateway_apis import MESSAGES as MESSAGES
 from bench.gateway_apis import ApiClient, client_for
 from bench.gateway_sides import Side
-from bench.throughput.loads import Call, LoadRun, closed_loop, fixed_rate, measured
+from bench.throughput.loads import Call, LoadRun, closed_loop, fixed_count, measured
 from bench.throughput.stats import percentile
 
 #: No single call may take longer.
@@ -35,57 +35,63 @@ async def ready(client: ApiClient, attempts: int = 120) -> None:
 async def measure_apis(
     side: Side, args: argparse.Namespace, apis: Sequence[str]
 ) -> dict[str, dict[str, Any] | str]:
-    """Every phase against one side, API after API; an API the side never answers is the
-    reason instead of figures (the other APIs are measured all the same)."""
-    figures: dict[str, dict[str, Any] | str] = {}
-    for api in apis:
-        try:
-            figures[api] = await measure(client_for(api, side), args)
-        except TimeoutError as exc:
-            figures[api] = str(exc)
-    return figures
-
-
-async def measure(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
-    """Every phase against one side through one API (``client``, closed at the end)."""
-    side = client.side
+    """Every phase against one side through each API of ``apis``: the latency phases of
+    every API (concurrency 1, 20 req/s, streams), then the saturation of each. A saturation
+    leaves thousands of requests on the stack's logs, and Switchyard's latency phases run
+    after two of them were slower (messages' added p50 at 20 req/s: 18 ms measured alone,
+    20-37 ms after the chat and responses saturations), so none runs after one. An API the
+    side never answers is the reason instead of figures (the others are measured)."""
+    clients = {api: client_for(api, side) for api in apis}
+    reasons: dict[str, str] = {}
     try:
-        await ready(client)
-        await _closed(client.call, 4, 40)  # warm-up
-        await _closed(client.stream, 1, 10)
-        client.ttft_ms.clear()
-        figures: dict[str, Any] = {"c1": figures_of(await _closed(client.call, 1, args.requests))}
-        run, _, used = await measured(
-            fixed_rate(
-                client.call,
-                rate=20.0,
-                count=args.requests,
-                max_seconds=120,
-                timeout_s=CALL_TIMEOUT_S,
-            ),
-            side.pids,
-        )
-        figures["rate20"] = {**figures_of(run), "cpu_ms": _cpu_per_request(used, run)}
-        streams = await _closed(client.stream, 1, args.requests)
-        figures["ttft"] = {
-            **_percentiles(client.ttft_ms),
-            "errors": streams.errors + streams.timeouts,
-            "first_error": streams.first_error,
-        }
-        run, _, used = await measured(
-            closed_loop(
-                client.call,
-                concurrency=args.concurrency,
-                count=10**9,
-                max_seconds=args.seconds,
-                timeout_s=CALL_TIMEOUT_S,
-            ),
-            side.pids,
-        )
-        figures["saturation"] = {**figures_of(run), "cpu_ms": _cpu_per_request(used, run)}
-        return figures
+        for api, client in clients.items():
+            try:
+                await _warm(client)
+            except TimeoutError as exc:
+                reasons[api] = str(exc)
+        figures: dict[str, dict[str, Any]] = {api: {} for api in apis if api not in reasons}
+        for phase in (_c1, _rate20, _streams, _saturation):
+            for api, measured_api in figures.items():
+                measured_api.update(await phase(clients[api], args))
+        return {api: reasons[api] if api in reasons else figures[api] for api in apis}
     finally:
-        await client.close()
+        for client in clients.values():
+            await client.close()
+
+
+async def _warm(client: ApiClient) -> None:
+    await ready(client)
+    await _closed(client.call, 4, 40)
+    await _closed(client.stream, 1, 10)
+    client.ttft_ms.clear()
+
+
+async def _c1(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
+    return {"c1": figures_of(await _closed(client.call, 1, args.requests))}
+
+
+async def _rate20(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
+    load = fixed_count(client.call, rate=20.0, count=args.requests, timeout_s=CALL_TIMEOUT_S)
+    run, _, used = await measured(load, client.side.pids)
+    return {"rate20": {**figures_of(run), "cpu_ms": _cpu_per_request(used, run)}}
+
+
+async def _streams(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
+    streams = await _closed(client.stream, 1, args.requests)
+    errors = {"errors": streams.errors + streams.timeouts, "first_error": streams.first_error}
+    return {"ttft": {**_percentiles(client.ttft_ms), **errors}}
+
+
+async def _saturation(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
+    load = closed_loop(
+        client.call,
+        concurrency=args.concurrency,
+        count=10**9,
+        max_seconds=args.seconds,
+        timeout_s=CALL_TIMEOUT_S,
+    )
+    run, _, used = await measured(load, client.side.pids)
+    return {"saturation": {**figures_of(run), "cpu_ms": _cpu_per_request(used, run)}}
 
 
 async def _closed(call: Call, concurrency: int, count: int) -> LoadRun:
