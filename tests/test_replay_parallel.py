@@ -637,3 +637,31 @@ def test_cli_jobs_on_an_export_that_is_not_utf8(
     for jobs in ("1", "2"):
         assert main(["replay", "--from-export", str(tmp_path), "--jobs", jobs]) == 2
         assert "cannot read the recorded log" in capsys.readouterr().err
+
+
+def test_texts_laid_out_otherwise_replay_the_same(recorded: RecordedLog, pool: FoldPool) -> None:
+    """Records written by another tool (indented, over several lines): their keys and
+    ids are parsed, not read from where the router's JSON puts them."""
+    log = tampered(recorded)
+
+    def indented(entries: list[Entry[Any]], stream: str, index: int) -> list[Entry[Any]]:
+        entries = list(entries)
+        entry = entries[index]
+        raw = json.dumps(json.loads(entry.raw), indent=1)
+        entries[index] = parse(stream, entry.partition, entry.offset, raw)
+        return entries
+
+    routing = indented(log.routing, "routing", 5)
+    other = with_routing(
+        log,
+        routing,
+        decisions=indented(log.decisions, "decisions", 3),
+        responses=indented(log.responses, "responses", 4),
+    )
+    text = routing[5].raw.encode()
+    assert guess_key(text, 0, len(text)) is None
+    serial = replay(other, routes())
+    assert serial.mismatched > 5
+    assert_same(serial, replay(other, routes(), pool=pool))
+    assert_same(serial, replay(texts_unparsed(other), routes(), pool=pool))
+    assert pool.last is not None and not pool.last.fell_back

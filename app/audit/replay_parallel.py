@@ -58,10 +58,13 @@ import mmap
 import multiprocessing
 import operator
 import re
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from itertools import accumulate, chain, repeat
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -101,6 +104,8 @@ from app.routing.policy import Policy
 from app.routing.state import RouteState
 
 START_METHOD = "spawn"
+#: Bytes written at once to a spool file (texts of about a kilobyte each, one by one).
+SPOOL_BUFFER = 1 << 20
 R = TypeVar("R", Decision, Response)
 #: A parsed, a read-as-texts or an export-directory log.
 AnyLog = RecordedLog | LogTexts | ExportTexts
@@ -117,8 +122,10 @@ class RoutingScan:
     keys: list[str | None] = field(default_factory=list)
     partitions: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
-    #: The records' texts, or (``path``) where each is in a file.
+    #: The records' texts (as bytes, or as a parsed log's strings), or (``path``) where
+    #: each is in a file.
     texts: list[bytes] | None = None
+    strings: list[str] | None = None
     path: str | None = None
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
@@ -220,14 +227,12 @@ def _keyed(scan: RoutingScan, text: bytes, key: str | None) -> str | None:
 
 
 def scan_entries(log: RecordedLog) -> RoutingScan:
-    """A parsed log's keys (from its events) and texts."""
-    scan = RoutingScan(texts=[])
-    assert scan.texts is not None
+    """A parsed log's keys (from its events); its texts are the entries' ``raw``."""
+    scan = RoutingScan(strings=[entry.raw for entry in log.routing])
     for index, entry in enumerate(log.routing):
         event = entry.event
         scan.partitions.append(entry.partition)
         scan.offsets.append(entry.offset)
-        scan.texts.append(entry.raw.encode("utf-8"))
         if event is None:
             scan.keys.append(None)
             scan.unreadable += 1
@@ -486,6 +491,9 @@ class _Source:
     feedback: list[Entry[Any]]
     routing_start: dict[int, int]
     unreadable_outcomes: int = 0
+    #: A parsed log's decision and response texts (``decisions`` and ``responses`` are
+    #: made of them when the workers are about to start).
+    strings: tuple[list[str], list[str]] | None = None
 
 
 def _lines(path: Path | None) -> Callable[[], Sequence[bytes]]:
@@ -515,25 +523,31 @@ def _source(log: AnyLog) -> _Source | None:
             log.routing_start,
         )
     if isinstance(log, RecordedLog):
-        scan = scan_entries(log)
-        decisions = [entry.raw.encode("utf-8") for entry in log.decisions]
-        responses = [entry.raw.encode("utf-8") for entry in log.responses]
-        outcomes = log.unreadable()["outcomes"]
-    else:
-        scan = scan_texts(log)
-        decisions = [text for _, _, text in log.decisions]
-        responses = [text for _, _, text in log.responses]
-        outcomes = log.unreadable_outcomes
+        parsed = log
+        return _Source(
+            log.source,
+            scan_entries(log),
+            Stream(),
+            Stream(),
+            lambda: [entry.raw.encode("utf-8") for entry in parsed.decisions],
+            lambda: [entry.raw.encode("utf-8") for entry in parsed.responses],
+            log.feedback,
+            log.routing_start,
+            log.unreadable()["outcomes"],
+            ([entry.raw for entry in log.decisions], [entry.raw for entry in log.responses]),
+        )
+    decisions = [text for _, _, text in log.decisions]
+    responses = [text for _, _, text in log.responses]
     return _Source(
         log.source,
-        scan,
+        scan_texts(log),
         Stream(texts=decisions),
         Stream(texts=responses),
         lambda: decisions,
         lambda: responses,
         log.feedback,
         log.routing_start,
-        outcomes,
+        log.unreadable_outcomes,
     )
 
 
@@ -555,12 +569,63 @@ def replay_parallel(
         source = _source(log.parsed())
         assert source is not None
     groups = source.scan.groups()
-    if pool is not None and groups > 1:
+    if (pool is None or groups < 2) and (pool is not None or min(jobs, groups) < 2):
+        return None
+    with ExitStack() as stack:
+        spool = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
+        source = _spooled(source, spool)
+        if pool is None:
+            pool = stack.enter_context(FoldPool(min(jobs, groups)))
         return _run(source, policy, allow_pending, pool, started)
-    if pool is None and min(jobs, groups) > 1:
-        with FoldPool(min(jobs, groups)) as own:
-            return _run(source, policy, allow_pending, own, started)
-    return None
+
+
+def _spooled(source: _Source, spool: Path) -> _Source:
+    """Texts held in memory written once to files in ``spool``, which each worker reads
+    itself: sent in the tasks, every worker's copy would be pickled, pushed through a
+    pipe and unpickled, one worker after the other (half a second for 20,000 requests).
+    A recorded stream goes line by line, as an export's does, unless one of its texts is
+    empty or spans lines (it is then sent). Written text by text: joined first, the
+    copies alone cost more than the writing (fresh memory, page by page)."""
+    scan = source.scan
+    if scan.texts is not None or scan.strings is not None:
+        path = spool / "routing"
+        if scan.texts is not None:
+            texts: Iterable[bytes] = scan.texts
+            sizes: Iterable[int] = map(len, scan.texts)
+        else:
+            assert scan.strings is not None
+            texts = map(str.encode, scan.strings)
+            ascii = all(map(str.isascii, scan.strings))
+            sizes = map(len, scan.strings if ascii else map(str.encode, scan.strings))
+        with path.open("wb", buffering=SPOOL_BUFFER) as file:
+            file.writelines(texts)
+        scan.ends = list(accumulate(sizes))
+        scan.starts = [0, *scan.ends[:-1]]
+        scan.path, scan.texts, scan.strings = str(path), None, None
+    if source.strings is not None:
+        decided, answered = source.strings
+        decisions = _spool(decided, spool / "decisions")
+        responses = _spool(answered, spool / "responses")
+    else:
+        decisions, responses = source.decisions, source.responses
+        if decisions.texts is not None:
+            decisions = _spool(decisions.texts, spool / "decisions")
+        if responses.texts is not None:
+            responses = _spool(responses.texts, spool / "responses")
+    return replace(source, decisions=decisions, responses=responses, strings=None)
+
+
+def _spool(texts: Sequence[bytes] | Sequence[str] | None, path: Path) -> Stream:
+    """The texts as the lines of a file (or, when one of them is empty or spans lines,
+    as they are)."""
+    if not texts:
+        return Stream(texts=[])
+    encoded = [t if isinstance(t, bytes) else t.encode("utf-8") for t in texts]
+    if not all(encoded) or any(b"\n" in text for text in encoded):
+        return Stream(texts=encoded)
+    with path.open("wb", buffering=SPOOL_BUFFER) as file:
+        file.writelines(chain.from_iterable(zip(encoded, repeat(b"\n"))))
+    return Stream(path=str(path))
 
 
 def _run(
