@@ -37,7 +37,7 @@ pytestmark = pytest.mark.broker
 
 KEY = "sk-test-claude-" + "a" * 20
 KEY_TINY = "sk-test-claude-tiny-" + "b" * 20
-KEY_METERED = "sk-test-claude-metered-" + "c" * 20
+KEY_METERED = "sk-test-metered-" + "c" * 24
 HELLO: list[MessageParam] = [{"role": "user", "content": "hello there"}]
 WEATHER: ToolParam = {
     "name": "get_weather",
