@@ -174,6 +174,7 @@ def replay_command(args: argparse.Namespace) -> int:
         big = not isinstance(log, RecordedLog) and log.routing_records() >= PARALLEL_FROM
         if pool is None and jobs > 1 and big:
             pool = workers.enter_context(FoldPool(jobs))
+            pool.warm()  # the workers start while the parent reads the routing log's keys
         try:
             result = replay(log, policy, allow_pending=args.allow_pending, pool=pool)
         except (OSError, UnreadableLog) as exc:  # a file of the export, read as it replays
