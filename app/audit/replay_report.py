@@ -34,7 +34,7 @@ class ReplayReport:
     allow_pending: bool = False
     grades: GradeCheck = field(default_factory=GradeCheck)
     states: dict[str, RouteState] = field(default_factory=dict, repr=False)
-    #: The policy versions the log carries (issue 13), with each one's config hash: the
+    #: The policy versions the log carries, with each one's config hash: the
     #: replay folded each route with the version in force, not with its own policy.
     policy_versions: dict[int, str] = field(default_factory=dict)
 
