@@ -254,19 +254,27 @@ def _bench(args: argparse.Namespace) -> int:
     return int(importlib.import_module(BENCHMARKS[args.benchmark][0]).run(args))
 
 
-def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_bench(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], arguments: bool
+) -> None:
+    """``bench`` and its benchmarks; ``arguments``: with each one's own options (importing
+    its module, and the SDKs it uses: only when a benchmark is what is asked for)."""
     bench = commands.add_parser("bench", help="run a benchmark (needs the bench/ package)")
     kinds = bench.add_subparsers(dest="benchmark", required=True)
     for name, (module, help_text) in BENCHMARKS.items():
         kind = kinds.add_parser(name, help=help_text)
         kind.set_defaults(run=_bench, bench_unavailable=None)
+        if not arguments:
+            continue
         try:
             importlib.import_module(module).add_arguments(kind)
         except ImportError as exc:  # installed without bench/, or without its extra
             kind.set_defaults(bench_unavailable=f"unavailable ({exc})")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(benches: bool = True) -> argparse.ArgumentParser:
+    """``switchyard``'s parser; ``benches=False``: the benchmarks listed without their
+    options (their modules are not imported), for any command but ``bench``."""
     from app.embedded.brokers import add_broker_flag
 
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
@@ -350,12 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     from app.credentials.commands import register as register_credentials
 
     register_credentials(commands)  # credentials new-key, credentials seal
-    _add_bench(commands)
+    _add_bench(commands, benches)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(benches=given[:1] == ["bench"]).parse_args(given)
     try:
         return int(args.run(args))
     except ConfigError as exc:
