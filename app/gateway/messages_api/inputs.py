@@ -35,6 +35,7 @@ Ignored, as chat completions ignore what the event cannot carry: ``top_p``, ``to
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from app.gateway.errors import GatewayError, invalid
@@ -163,9 +164,7 @@ def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     moved: list[dict[str, Any]] = []  # images of tool results
-    for index, block in enumerate(blocks):
-        at = f"{where}.content.{index}"
-        kind = _kind(block, at)
+    for block, at, kind in _blocks(blocks, where):
         if kind == "text":
             parts.append(_text_part(block, at))
         elif kind == "image":
@@ -187,9 +186,7 @@ def _user_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
 def _assistant_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
-    for index, block in enumerate(blocks):
-        at = f"{where}.content.{index}"
-        kind = _kind(block, at)
+    for block, at, kind in _blocks(blocks, where):
         if kind == "text":
             parts.append(_text_part(block, at))
         elif kind == "tool_use":
@@ -206,6 +203,14 @@ def _assistant_turn(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     if calls:
         message["tool_calls"] = calls
     return [message]
+
+
+def _blocks(blocks: list[Any], where: str) -> Iterator[tuple[dict[str, Any], str, str]]:
+    """Each content block of ``where``, with its path (``where.content.N``) and its type."""
+    for index, block in enumerate(blocks):
+        at = f"{where}.content.{index}"
+        kind = _kind(block, at)
+        yield block, at, kind
 
 
 def _kind(block: Any, where: str) -> str:
@@ -257,9 +262,7 @@ def _tool_result(block: dict[str, Any], where: str) -> tuple[dict[str, Any], lis
     if isinstance(content, str):
         texts.append({"type": "text", "text": content})
     elif isinstance(content, list):
-        for index, item in enumerate(content):
-            at = f"{where}.content.{index}"
-            kind = _kind(item, at)
+        for item, at, kind in _blocks(content, where):
             if kind == "text":
                 texts.append(_text_part(item, at))
             elif kind == "image":
