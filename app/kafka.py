@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -68,6 +68,21 @@ def client_security(settings: Settings | None = None) -> dict[str, Any]:
         kwargs["sasl_plain_username"] = security.sasl_username
         kwargs["sasl_plain_password"] = security.sasl_password.get_secret_value()
     return kwargs
+
+
+def standalone_consumer(
+    bootstrap: str | Sequence[str], settings: Settings | None = None, **options: Any
+) -> AIOKafkaConsumer:
+    """A consumer in no group that commits nothing: its owner assigns and seeks the
+    partitions it reads. ``options``: aiokafka's other arguments (isolation level, fetch
+    sizes and long-poll); ``settings``: whose Kafka security, the process's unless given."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        **options,
+        **client_security(settings),
+    )
 
 
 #: What every producer of records that must not be lost passes (the gateway's and the
@@ -192,12 +207,8 @@ async def ensure_topics(
 async def wait_served(settings: Settings, partitions: dict[str, int], within_s: float) -> None:
     """Return once every partition of ``partitions`` (topic: count) has a leader that answers
     a ListOffsets; TimeoutError past ``within_s``."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers(settings.broker),
-        group_id=None,
-        enable_auto_commit=False,
-        request_timeout_ms=5000,
-        **client_security(settings),
+    consumer = standalone_consumer(
+        bootstrap_servers(settings.broker), settings, request_timeout_ms=5000
     )
     await consumer.start()
     try:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from stack_helpers import new_stack, publish
 
 from app.client import TopicFollower
@@ -30,6 +30,7 @@ from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.simulated import SimulatedProviders, demo_providers_yaml
 from app.embedded.stack import EmbeddedStack
+from app.kafka import standalone_consumer
 
 pytestmark = pytest.mark.broker
 
@@ -105,12 +106,7 @@ def auth(token: str = TOKEN) -> dict[str, str]:
 
 async def read_raw(bootstrap: str, topic: str) -> list[bytes]:
     """Every record value of ``topic``, from its beginning to its end now."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        group_id=None,
-        fetch_max_wait_ms=fetch_max_wait_ms(),
-    )
+    consumer = standalone_consumer(bootstrap, fetch_max_wait_ms=fetch_max_wait_ms())
     await consumer.start()
     values: list[bytes] = []
     try:

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.compat.fetch_pacing import paced_on_start
-from app.kafka import client_security
+from app.kafka import standalone_consumer
 from app.settings import get_settings
 
 TP = TypeVar("TP", bound=tuple[str, int])
@@ -61,12 +61,7 @@ async def true_end_offsets(
     result = dict(reported)
     if not probe:
         return result
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
-        enable_auto_commit=False,
-        group_id=None,
-        **client_security(),
-    )
+    consumer = standalone_consumer(bootstrap_servers)
     await consumer.start()
     try:
         by_kafka_tp = {TopicPartition(tp[0], tp[1]): tp for tp in probe}

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
 from app.contract import LogPosition, Response
-from app.kafka import client_security
+from app.kafka import standalone_consumer
 
 #: Give up on a lookup after this long.
 LOOKUP_TIMEOUT_S = 10.0
@@ -92,13 +92,7 @@ class ResponseLookup:
         count: int | None = None,
     ) -> tuple[T, LogPosition] | None:
         async with self._lock:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                enable_auto_commit=False,
-                group_id=None,
-                fetch_max_wait_ms=fetch_max_wait_ms(),
-                **client_security(),
-            )
+            consumer = standalone_consumer(self.bootstrap, fetch_max_wait_ms=fetch_max_wait_ms())
             await consumer.start()
             try:
                 return await asyncio.wait_for(

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms
@@ -27,7 +27,7 @@ from app.config.schema import GatewayKey
 from app.contract import Response, StreamDelta
 from app.gateway.errors import GatewayError, invalid
 from app.gateway.lookup import partition_of
-from app.kafka import client_security
+from app.kafka import standalone_consumer
 
 #: The id prefix of OpenAI's chunks and completions: a client may name the request by it.
 CHUNK_ID_PREFIX = "chatcmpl-"
@@ -86,13 +86,7 @@ async def follow(
     passed with no end. Close it when done."""
     deltas_topic, replies_topic = topics
     key = str(record["request_id"]).encode()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        group_id=None,
-        fetch_max_wait_ms=fetch_max_wait_ms(),
-        **client_security(),
-    )
+    consumer = standalone_consumer(bootstrap, fetch_max_wait_ms=fetch_max_wait_ms())
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()

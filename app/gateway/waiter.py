@@ -18,14 +18,14 @@ import contextlib
 import logging
 from collections import OrderedDict
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from pydantic import ValidationError
 
 from app.compat.fetch_pacing import pace_fetches
 from app.compat.tansu import fetch_max_wait_ms
 from app.config.schema import ConfigError
 from app.contract import Response, StreamDelta
-from app.kafka import client_security
+from app.kafka import standalone_consumer
 
 log = logging.getLogger(__name__)
 #: Answers kept for lookups by id.
@@ -41,13 +41,7 @@ class ReplyWaiter:
         self.topic = topic
         self.deltas_topic = deltas_topic
         self.partitions = list(partitions)
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            enable_auto_commit=False,
-            group_id=None,
-            fetch_max_wait_ms=fetch_max_wait_ms(),
-            **client_security(),
-        )
+        self._consumer = standalone_consumer(bootstrap, fetch_max_wait_ms=fetch_max_wait_ms())
         self._pending: dict[str, asyncio.Future[Response]] = {}
         self._streams: dict[str, Inbox] = {}
         self.recent: OrderedDict[str, Response] = OrderedDict()

@@ -22,13 +22,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
 
 from app.compat.tansu import fetch_max_wait_ms, true_end_offsets
 from app.contract import derived_id, ledger_key
 from app.contract.policy import PolicyDocument, PolicyProposed, PolicySource
-from app.kafka import DURABLE_PRODUCER, bootstrap_servers, client_security, ensure_topics
+from app.kafka import (
+    DURABLE_PRODUCER,
+    bootstrap_servers,
+    client_security,
+    ensure_topics,
+    standalone_consumer,
+)
 from app.routing.book import PolicyBook, document_hash
 from app.settings import Settings
 
@@ -201,13 +207,7 @@ async def _read_from(settings: Settings, start: int) -> list[tuple[int, bytes]]:
     """The policy topic's records from ``start`` to its end."""
     bootstrap_hosts = bootstrap_servers(settings.broker)
     partition = TopicPartition(settings.topics.policy, 0)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_hosts,
-        enable_auto_commit=False,
-        group_id=None,
-        fetch_max_wait_ms=fetch_max_wait_ms(),
-        **client_security(settings),
-    )
+    consumer = standalone_consumer(bootstrap_hosts, settings, fetch_max_wait_ms=fetch_max_wait_ms())
     await consumer.start()
     try:
         consumer.assign([partition])

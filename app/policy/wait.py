@@ -29,7 +29,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from app.compat.tansu import fetch_max_wait_ms
 from app.contract import PolicyChanged
-from app.kafka import bootstrap_servers, client_security
+from app.kafka import bootstrap_servers, client_security, standalone_consumer
 from app.settings import Settings
 
 #: How often the committed offsets are asked for while a route has not folded (seconds).
@@ -160,14 +160,12 @@ def _policy_change(value: bytes | None) -> PolicyChanged | None:
 
 
 def _consumer(settings: Settings) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers(settings.broker),
-        enable_auto_commit=False,
-        group_id=None,
+    return standalone_consumer(
+        bootstrap_servers(settings.broker),
+        settings,
         fetch_max_wait_ms=fetch_max_wait_ms(),
         # A routing-log record can hold a request of up to a megabyte and its envelope.
         max_partition_fetch_bytes=settings.producer_max_request_size,
-        **client_security(settings),
     )
 
 

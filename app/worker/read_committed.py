@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.tables import recovery
 from faust.transport.drivers import aiokafka as driver
 
-from app.kafka import client_security
+from app.kafka import standalone_consumer
 
 _read_committed = False
 
@@ -77,13 +77,7 @@ def recovery_ends_at_committed_records(bootstrap: str) -> None:
         await build(self, consumer, tps, destination, title)
         if not tps:
             return
-        reader = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            enable_auto_commit=False,
-            group_id=None,
-            isolation_level="read_committed",
-            **client_security(),
-        )
+        reader = standalone_consumer(bootstrap, isolation_level="read_committed")
         await reader.start()
         try:
             ends = {TopicPartition(tp.topic, tp.partition): destination[tp] + 1 for tp in tps}

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.kafka import client_security
+from app.kafka import client_security, standalone_consumer
 
 log = logging.getLogger(__name__)
 
@@ -300,13 +300,7 @@ class CatchUp:
 
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
-                enable_auto_commit=False,
-                group_id=None,
-                isolation_level="read_committed",
-                **client_security(),
-            )
+            consumer = standalone_consumer(self._bootstrap, isolation_level="read_committed")
             await consumer.start()
             self._consumer = consumer
         return self._consumer
