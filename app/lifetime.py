@@ -52,6 +52,23 @@ class Started:
         await asyncio.to_thread(self.stop)
 
 
+class AsyncStarted:
+    """``async with`` for what ``async start()`` starts and ``async stop()`` stops."""
+
+    async def start(self) -> object:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
 def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 20.0) -> None:
     """SIGTERM, and SIGKILL past ``timeout_s``; waits for it (a SIGSTOPped one is continued)."""
     if process is None or process.poll() is not None:

@@ -16,7 +16,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import httpx
@@ -33,7 +32,7 @@ from app.embedded.simulated import (
     demo_providers_yaml,
 )
 from app.kafka import ensure_topics
-from app.lifetime import die_with_parent
+from app.lifetime import AsyncStarted, die_with_parent
 from app.settings import Settings, Topics
 
 if TYPE_CHECKING:
@@ -186,7 +185,7 @@ class Worker:
             self.kill()
 
 
-class EmbeddedStack:
+class EmbeddedStack(AsyncStarted):
     """Broker, providers and workers on ``host`` (loopback by default).
 
     ``settings``: the caller's (default: read from the environment when a worker starts);
@@ -337,14 +336,3 @@ class EmbeddedStack:
             self.broker.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    async def __aenter__(self) -> EmbeddedStack:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

@@ -9,7 +9,6 @@ import random
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +45,7 @@ from app.embedded.simulated.streaming import (
     StreamFaults,
     stream_answer,
 )
+from app.lifetime import AsyncStarted
 
 
 @dataclass
@@ -87,7 +87,7 @@ class _Provider:
     cache: PromptCache = field(default_factory=PromptCache)
 
 
-class SimulatedProviders:
+class SimulatedProviders(AsyncStarted):
     """The reference providers behind one local aiohttp server.
 
     ``async with SimulatedProviders(seed=7) as sim: sim.base_url("deepseek-v3.2")``
@@ -135,18 +135,6 @@ class SimulatedProviders:
         runner, self._runner, self._port = self._runner, None, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> SimulatedProviders:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- introspection -------------------------------------------------------------
 
