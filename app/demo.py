@@ -86,7 +86,8 @@ class Summary:
     dynamic_hits: dict[str, int] = field(default_factory=dict)
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (percentiles, inclusive); 0 when there are none."""
     if not values:
         return 0.0
     if len(values) == 1:
@@ -111,10 +112,10 @@ def summarise(tally: Tally, requests: int) -> Summary:
         attempts=tally.attempts,
         share={d: n / len(ok) for d, n in sorted(share_counts.items())} if ok else {},
         throughput_rps=len(answered) / span if span > 0 else 0.0,
-        e2e_p50_ms=_quantile(e2e, 0.50),
-        e2e_p95_ms=_quantile(e2e, 0.95),
-        added_p50_ms=_quantile(added, 0.50),
-        added_p95_ms=_quantile(added, 0.95),
+        e2e_p50_ms=quantile(e2e, 0.50),
+        e2e_p95_ms=quantile(e2e, 0.95),
+        added_p50_ms=quantile(added, 0.50),
+        added_p95_ms=quantile(added, 0.95),
         total_cost_usd=tally.cost_usd,
         auto_picks=dict(sorted(tally.features.auto_picks.items())),
         cache_hit_rate=tally.features.cache_hit_rate,

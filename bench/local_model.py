@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -197,14 +196,6 @@ def _decode_rate(completion: dict[str, Any] | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _quantile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
-
-
 def summarise(
     samples: list[Sample],
     wall_s: float,
@@ -212,6 +203,8 @@ def summarise(
     options: LocalModelOptions,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
+    from app.demo import quantile
+
     ok = [s for s in samples if s.ok]
     confidences = [s.confidence for s in ok if s.confidence is not None]
     decode = [s.decode_tps for s in ok if s.decode_tps is not None]
@@ -230,12 +223,12 @@ def summarise(
         "wall_s": round(wall_s, 2),
         "tokens_out": tokens,
         "tokens_per_s": round(tokens / wall_s, 1) if wall_s > 0 else 0.0,
-        "decode_tokens_per_s_p50": round(_quantile(decode, 0.5), 1),
-        "latency_ms_p50": round(_quantile(latencies, 0.5)),
-        "latency_ms_p95": round(_quantile(latencies, 0.95)),
-        "confidence_p10": round(_quantile(confidences, 0.1), 3),
-        "confidence_p50": round(_quantile(confidences, 0.5), 3),
-        "confidence_p90": round(_quantile(confidences, 0.9), 3),
+        "decode_tokens_per_s_p50": round(quantile(decode, 0.5), 1),
+        "latency_ms_p50": round(quantile(latencies, 0.5)),
+        "latency_ms_p95": round(quantile(latencies, 0.95)),
+        "confidence_p10": round(quantile(confidences, 0.1), 3),
+        "confidence_p50": round(quantile(confidences, 0.5), 3),
+        "confidence_p90": round(quantile(confidences, 0.9), 3),
         "hit_rate": {
             f"{t:g}": round(sum(s.kept[f"{t:g}"] for s in samples) / n, 3) for t in THRESHOLDS
         },
