@@ -52,29 +52,16 @@ from app.audit.log import RecordedLog, read_export
 from app.audit.log_texts import REPLAY_STREAMS, read_export_texts
 from app.audit.replay import ReplayReport, rederive, replay
 from app.audit.replay_parallel import FoldPool, Timings
-from app.config.providers import ProviderConfig
 from app.config.schema import RouteConfig, RoutingConfig
 from app.contract import StatusClass
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities
 from app.settings import Topics
-from bench.logs.synthetic import Profile, synthetic_log
+from bench.logs.synthetic import Profile, provider, synthetic_log
 
 
 def bench_policy(strategy: str, routes: int = 1) -> Policy:
-    def provider(pid: str, cost: float, **extra: int) -> ProviderConfig:
-        return ProviderConfig.model_validate(
-            {
-                "id": pid,
-                "base_url": f"https://{pid}.example.test/v1",
-                "models": [{"name": "m1"}],
-                "cost_per_mtok_input": cost,
-                "cost_per_mtok_output": 3 * cost,
-                **extra,
-            }
-        )
-
     providers = [
         provider("cerebras-a", 0.2),
         provider("groq-b", 0.3, max_concurrency=4),

@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 
 from app.audit.log import Entry, RecordedLog, parse
-from app.config.providers import ProviderConfig
 from app.config.schema import RoutingConfig
 from app.contract import (
     AttemptFinished,
@@ -32,7 +31,7 @@ from app.grades.matching import grade_id
 from app.routing.fold import at, epoch
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from bench.logs.synthetic import Profile, synthetic_log
+from bench.logs.synthetic import Profile, provider, synthetic_log
 
 TENANTS = ("acme", "globex", "initech", None)
 PROFILES = {
@@ -44,18 +43,6 @@ PROFILES = {
 
 
 def sample_policy(strategy: str = "ucb1") -> Policy:
-    def provider(pid: str, cost: float, **extra: int) -> ProviderConfig:
-        return ProviderConfig.model_validate(
-            {
-                "id": pid,
-                "base_url": f"https://{pid}.example.test/v1",
-                "models": [{"name": "m1"}],
-                "cost_per_mtok_input": cost,
-                "cost_per_mtok_output": 3 * cost,
-                **extra,
-            }
-        )
-
     config = RoutingConfig(
         providers=[
             provider("cheap-a", 0.2),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.audit.log import Entry, RecordedLog, RoutingEvent, parse
+from app.config.providers import ProviderConfig
 from app.contract import (
     ChatMessage,
     ChatRequest,
@@ -52,6 +53,21 @@ _HTTP = {
     StatusClass.AUTH_ERROR: 401,
     StatusClass.BAD_RESPONSE: 200,
 }
+
+
+def provider(pid: str, cost: float, **extra: int) -> ProviderConfig:
+    """Provider ``pid`` with one model, ``m1``, at ``cost`` dollars per million input tokens
+    (three times that per million output tokens); ``extra``: more of its settings."""
+    return ProviderConfig.model_validate(
+        {
+            "id": pid,
+            "base_url": f"https://{pid}.example.test/v1",
+            "models": [{"name": "m1"}],
+            "cost_per_mtok_input": cost,
+            "cost_per_mtok_output": 3 * cost,
+            **extra,
+        }
+    )
 
 
 @dataclass(frozen=True)
