@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from app.config.providers import ProviderConfig, deployment_id
-from app.config.schema import RouteConfig, RoutingConfig
+from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.contract import (
     AttemptFinished,
     ChatMessage,
@@ -390,6 +390,31 @@ A, B, C = dep("a"), dep("b"), dep("c")
 def abc(**param_overrides: Any) -> Policy:
     """A route over deployments a, b and c (a with a 12 s timeout)."""
     return policy(provider("a", timeout_ms=12_000), provider("b"), provider("c"), **param_overrides)
+
+
+def budgeted_fallbacks(usd_per_day: float = 0.05, *, cost_weight: float = 0.1) -> Policy:
+    """Budgets and a dynamic route: deployments ``a``, ``b``, ``c`` (1, 2, 3 dollars per
+    million input tokens, 4, 5, 6 per million output), route ``chat`` (a, b) spending at
+    most ``usd_per_day`` a day, route ``cheap`` (c), and tenant acme's requests sent to
+    ``cheap`` first, ``chat`` after (dynamic route ``g``)."""
+    graph: dict[str, Any] = {
+        "bind": [{"tenant": "acme"}],
+        "start": "main",
+        "nodes": {"main": {"kind": "model", "target": "cheap", "fallback_models": ["chat"]}},
+    }
+    config = RoutingConfig(
+        providers=[
+            provider(p, cost_per_mtok_input=1.0 + i, cost_per_mtok_output=4.0 + i)
+            for i, p in enumerate("abc")
+        ],
+        routes={
+            "chat": RouteConfig(providers=["a", "b"]),
+            "cheap": RouteConfig(providers=["c"]),
+        },
+        budgets=[Budget(scope="route", name="chat", usd_per_day=usd_per_day)],
+        dynamic_routes={"g": graph},  # type: ignore[arg-type]
+    )
+    return Policy(config, params(cost_weight=cost_weight))
 
 
 def without_position(state: RouteState) -> dict[str, Any]:

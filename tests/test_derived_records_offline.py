@@ -4,16 +4,12 @@ exactly, and a counterfactual derives its own instead of reading the recorded on
 
 from __future__ import annotations
 
-from typing import Any
-
-from factories import dep, params, provider
+from factories import budgeted_fallbacks, dep
 
 from app.audit.counterfactual import counterfactual
 from app.audit.log import events
 from app.audit.replay import replay
-from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.contract import BudgetSettle, RequestAccepted, StatusClass
-from app.routing.policy import Policy
 from bench.logs.synthetic import Profile, synthetic_log
 
 PROFILES = {
@@ -21,36 +17,15 @@ PROFILES = {
     dep("b"): Profile(success=0.95, latency_ms=600.0),
     dep("c"): Profile(success=0.99, latency_ms=500.0),
 }
-GRAPH: dict[str, Any] = {
-    "bind": [{"tenant": "acme"}],
-    "start": "main",
-    "nodes": {"main": {"kind": "model", "target": "cheap", "fallback_models": ["chat"]}},
-}
-
-
-def policy(usd_per_day: float, *, cost_weight: float = 0.1) -> Policy:
-    config = RoutingConfig(
-        providers=[
-            provider(p, cost_per_mtok_input=1.0 + i, cost_per_mtok_output=4.0 + i)
-            for i, p in enumerate("abc")
-        ],
-        routes={
-            "chat": RouteConfig(providers=["a", "b"]),
-            "cheap": RouteConfig(providers=["c"]),
-        },
-        budgets=[Budget(scope="route", name="chat", usd_per_day=usd_per_day)],
-        dynamic_routes={"g": GRAPH},  # type: ignore[arg-type]
-    )
-    return Policy(config, params(cost_weight=cost_weight))
 
 
 def test_a_synthetic_log_with_budgets_and_dynamic_routes_replays_exactly() -> None:
-    recorded = synthetic_log(policy(0.05), PROFILES, 300)
+    recorded = synthetic_log(budgeted_fallbacks(0.05), PROFILES, 300)
     kinds = {type(e).__name__ for e in events(recorded.routing)}
     assert {"BudgetAsk", "BudgetVerdict", "BudgetSettle"} <= kinds
     settled = [e for e in events(recorded.routing) if isinstance(e, BudgetSettle)]
     assert settled and sum(e.cost_usd for e in settled) <= 0.05
-    report = replay(recorded, policy(0.05))
+    report = replay(recorded, budgeted_fallbacks(0.05))
     assert report.ok and report.mismatched == 0 and report.reproduced > 0
     answered = {r.request_id for r in events(recorded.responses)}
     asked = {
@@ -60,11 +35,11 @@ def test_a_synthetic_log_with_budgets_and_dynamic_routes_replays_exactly() -> No
 
 
 def test_a_counterfactual_derives_its_own_budget_traffic() -> None:
-    recorded = synthetic_log(policy(0.05), PROFILES, 300)
-    same = counterfactual(recorded, policy(0.05), "same", runs=1)
+    recorded = synthetic_log(budgeted_fallbacks(0.05), PROFILES, 300)
+    same = counterfactual(recorded, budgeted_fallbacks(0.05), "same", runs=1)
     (run,) = same.runs
     assert run.first_changed == 0 and run.share == same.recorded.share
     # A looser budget: the alternative's own ledger lets more requests through.
-    looser = counterfactual(recorded, policy(5.0), "looser budget", runs=1)
+    looser = counterfactual(recorded, budgeted_fallbacks(5.0), "looser budget", runs=1)
     (wider,) = looser.runs
     assert wider.attempts > same.recorded.attempts and wider.total_cost_usd > run.total_cost_usd

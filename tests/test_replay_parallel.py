@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import T0, accepted, dep, finished, outcome, params, provider, routing_config
+from factories import (
+    T0,
+    accepted,
+    budgeted_fallbacks,
+    dep,
+    finished,
+    outcome,
+    params,
+    provider,
+    routing_config,
+)
 
 from app.audit.export import write_export, write_policy
 from app.audit.log import Entry, RecordedLog, parse, read_export
@@ -20,7 +30,6 @@ from app.audit.log_texts import LogTexts, read_export_texts, texts_of
 from app.audit.replay import FoldPool, ReplayReport, rederive, render, replay
 from app.audit.replay_parallel import guess_key, plan, scan_entries, scan_export
 from app.cli import main
-from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.contract import (
     AttemptFinished,
     BudgetAsk,
@@ -120,23 +129,9 @@ def finishes(log: RecordedLog, route: str) -> list[int]:
     ]
 
 
-def test_several_routes_replay_the_same_in_workers(recorded: RecordedLog, pool: FoldPool) -> None:
-    assert len(plan(scan_entries(recorded).keys, pool.jobs)) == 2
-    serial = replay(recorded, routes())
-    parallel = replay(recorded, routes(), pool=pool)
-    assert serial.ok and serial.reproduced == serial.recorded > 450
-    assert len(serial.states) == 3
-    assert_same(serial, parallel)
-
-
-def test_one_worker_folds_every_route_alike(recorded: RecordedLog) -> None:
-    with FoldPool(1) as one:
-        assert_same(replay(recorded, routes()), replay(recorded, routes(), pool=one))
-
-
-def test_a_tampered_log_fails_the_same_way_with_the_same_mismatches(
-    recorded: RecordedLog, pool: FoldPool
-) -> None:
+def tampered(recorded: RecordedLog) -> RecordedLog:
+    """Slower outcomes on every route; a decision dropped, one forged, one sent twice;
+    two responses altered and one dropped."""
     routing = list(recorded.routing)
     for route in ("code", "chat", "cheap"):  # in every group, not in log order
         index = finishes(recorded, route)[40]
@@ -155,7 +150,27 @@ def test_a_tampered_log_fails_the_same_way_with_the_same_mismatches(
         other = answer.model_copy(update={"attempts": answer.attempts + 1})
         responses[index] = Entry(0, index, other.model_dump_json(), other)
     del responses[100]
-    log = with_routing(recorded, routing, decisions=decisions, responses=responses)
+    return with_routing(recorded, routing, decisions=decisions, responses=responses)
+
+
+def test_several_routes_replay_the_same_in_workers(recorded: RecordedLog, pool: FoldPool) -> None:
+    assert len(plan(scan_entries(recorded).keys, pool.jobs)) == 2
+    serial = replay(recorded, routes())
+    parallel = replay(recorded, routes(), pool=pool)
+    assert serial.ok and serial.reproduced == serial.recorded > 450
+    assert len(serial.states) == 3
+    assert_same(serial, parallel)
+
+
+def test_one_worker_folds_every_route_alike(recorded: RecordedLog) -> None:
+    with FoldPool(1) as one:
+        assert_same(replay(recorded, routes()), replay(recorded, routes(), pool=one))
+
+
+def test_a_tampered_log_fails_the_same_way_with_the_same_mismatches(
+    recorded: RecordedLog, pool: FoldPool
+) -> None:
+    log = tampered(recorded)
     serial = replay(log, routes())
     kinds = {(m.kind, m.record) for m in serial.mismatches}
     assert {("differs", "decision"), ("not_rederived", "decision")} <= kinds
@@ -271,27 +286,6 @@ def test_a_route_without_a_policy_change_folds_with_the_logs_first_version(
     assert_same(serial, replay(log, unrelated, pool=pool))
 
 
-def budgets_and_fallbacks() -> Policy:
-    graph: dict[str, Any] = {
-        "bind": [{"tenant": "acme"}],
-        "start": "main",
-        "nodes": {"main": {"kind": "model", "target": "cheap", "fallback_models": ["chat"]}},
-    }
-    config = RoutingConfig(
-        providers=[
-            provider(p, cost_per_mtok_input=1.0 + i, cost_per_mtok_output=4.0 + i)
-            for i, p in enumerate("abc")
-        ],
-        routes={
-            "chat": RouteConfig(providers=["a", "b"]),
-            "cheap": RouteConfig(providers=["c"]),
-        },
-        budgets=[Budget(scope="route", name="chat", usd_per_day=0.05)],
-        dynamic_routes={"g": graph},  # type: ignore[arg-type]
-    )
-    return Policy(config, params(cost_weight=0.1))
-
-
 def test_budget_ledgers_and_forwarded_requests_cross_routes_through_the_log_only(
     pool: FoldPool,
 ) -> None:
@@ -300,12 +294,12 @@ def test_budget_ledgers_and_forwarded_requests_cross_routes_through_the_log_only
         dep("b"): Profile(success=0.95, latency_ms=600.0),
         dep("c"): Profile(success=0.99, latency_ms=500.0),
     }
-    log = synthetic_log(budgets_and_fallbacks(), profiles, 300)
+    log = synthetic_log(budgeted_fallbacks(), profiles, 300)
     keys = set(scan_entries(log).keys)
     assert {"chat", "cheap"} < keys and any(k and k.startswith("budget:") for k in keys)
-    serial = replay(log, budgets_and_fallbacks())
+    serial = replay(log, budgeted_fallbacks())
     assert serial.ok and serial.reproduced > 0
-    assert_same(serial, replay(log, budgets_and_fallbacks(), pool=pool))
+    assert_same(serial, replay(log, budgeted_fallbacks(), pool=pool))
 
 
 def test_a_log_of_one_route_is_folded_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,30 +371,6 @@ def test_cli_jobs(
 # --------------------------------------------------------------------------- texts
 
 
-def tampered(recorded: RecordedLog) -> RecordedLog:
-    """Slower outcomes on every route; a decision dropped, one forged, one sent twice;
-    two responses altered and one dropped."""
-    routing = list(recorded.routing)
-    for route in ("code", "chat", "cheap"):
-        index = finishes(recorded, route)[40]
-        routing[index] = slower(recorded, index, 9.0)
-    decisions = list(recorded.decisions)
-    decisions.pop(30)
-    forged = decisions[10].event
-    assert forged is not None
-    forged = forged.model_copy(update={"id": derived_id("forged", 1)})
-    decisions.insert(11, Entry(0, 10_000, forged.model_dump_json(), forged))
-    decisions.append(decisions[5])
-    responses = list(recorded.responses)
-    for index in (7, 200):
-        answer = responses[index].event
-        assert answer is not None
-        other = answer.model_copy(update={"attempts": answer.attempts + 1})
-        responses[index] = Entry(0, index, other.model_dump_json(), other)
-    del responses[100]
-    return with_routing(recorded, routing, decisions=decisions, responses=responses)
-
-
 def unreadable_lines(directory: Path) -> None:
     """An unreadable record in each stream of an export, as a broken writer leaves them."""
     with (directory / "routing.jsonl").open("a", encoding="utf-8") as routing:
@@ -451,7 +421,7 @@ def test_texts_from_a_broker_give_their_keys_and_replay_the_same(
 
 
 def test_the_key_read_from_a_text_is_the_events_key(recorded: RecordedLog) -> None:
-    budgets = synthetic_log(budgets_and_fallbacks(), {}, 120)
+    budgets = synthetic_log(budgeted_fallbacks(), {}, 120)
     read = 0
     for entry in [*recorded.routing, *budgets.routing]:
         assert entry.event is not None
