@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from gateway_factories import stream_delta
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from app.config.schema import GatewayKey
@@ -381,22 +382,6 @@ def test_tool_arguments_that_are_not_an_object_are_a_502() -> None:
 # --------------------------------------------------------------------------- streams
 
 
-def _delta(
-    seq: int, content: str = "", call: str = "c1", attempt: int = 1, **kw: Any
-) -> StreamDelta:
-    return StreamDelta(
-        id=f"{call}-{seq}",
-        occurred_at=WHEN,
-        request_id="acme.r1",
-        attempt=attempt,
-        call_id=call,
-        seq=seq,
-        deployment="prov:model-x",
-        content=content,
-        **kw,
-    )
-
-
 def _relay() -> Relay:
     return Relay("acme.r1", frames=MessageEvents("acme.r1", ["END"]))
 
@@ -457,10 +442,10 @@ def test_a_stream_of_text_and_a_tool_call_in_anthropic_order() -> None:
     events = _run(
         _relay(),
         [
-            _delta(0, "Let me "),
-            _delta(1, "check.", tool_calls=fragments),
-            _delta(2, tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}]),
-            _delta(3, end="ok", finish_reason="tool_calls", usage=usage),
+            stream_delta(0, "Let me "),
+            stream_delta(1, "check.", tool_calls=fragments),
+            stream_delta(2, tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}]),
+            stream_delta(3, end="ok", finish_reason="tool_calls", usage=usage),
         ],
     )
     names = [name for name, _ in events]
@@ -480,12 +465,12 @@ def test_a_failed_over_stream_goes_on_in_the_same_text_block() -> None:
     events = _run(
         _relay(),
         [
-            _delta(0, "Hello"),
-            _delta(1, " wo"),
-            _delta(2, end="failed", error="bad_response: broken"),
-            _delta(0, "Hel", attempt=2, call="c2"),  # a restart from 0: not followed
-            _delta(0, "rld!", attempt=2, call="c3", offset=8),
-            _delta(1, end="ok", finish_reason="length", attempt=2, call="c3"),
+            stream_delta(0, "Hello"),
+            stream_delta(1, " wo"),
+            stream_delta(2, end="failed", error="bad_response: broken"),
+            stream_delta(0, "Hel", attempt=2, call="c2"),  # a restart from 0: not followed
+            stream_delta(0, "rld!", attempt=2, call="c3", offset=8),
+            stream_delta(1, end="ok", finish_reason="length", attempt=2, call="c3"),
         ],
     )
     message = _message(events)
@@ -505,7 +490,7 @@ def test_an_answer_that_overtakes_its_end_marker_completes_a_tool_call_stream() 
         {"role": "assistant", "content": None, "tool_calls": [_call('{"city": "Oslo"}'), second]},
         "tool_calls",
     )
-    message = _message(_run(_relay(), [_delta(0, tool_calls=begun), answer]))
+    message = _message(_run(_relay(), [stream_delta(0, tool_calls=begun), answer]))
     assert message["content"] == [
         {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Oslo"}},
         {"type": "tool_use", "id": "call_2", "name": "f", "input": {}},
@@ -513,7 +498,7 @@ def test_an_answer_that_overtakes_its_end_marker_completes_a_tool_call_stream() 
     assert message["stop_reason"] == "tool_use"
     # OpenAI's chunks: the same rest, as tool-call deltas.
     chunks = Relay("acme.r1")
-    chunks.take(_delta(0, tool_calls=begun))
+    chunks.take(stream_delta(0, tool_calls=begun))
     frames = chunks.take(answer).frames
     deltas = [json.loads(f.decode().partition("data: ")[2]) for f in frames[:-1]]
     calls = [
@@ -525,7 +510,7 @@ def test_an_answer_that_overtakes_its_end_marker_completes_a_tool_call_stream() 
     # An answer that does not go on from what was sent: an error event, as before.
     other = _response({"role": "assistant", "content": None, "tool_calls": [_call("{}", "x")]})
     relay = _relay()
-    relay.take(_delta(0, tool_calls=begun))
+    relay.take(stream_delta(0, tool_calls=begun))
     assert _run(relay, [other])[-1][0] == "error"
 
 
@@ -534,8 +519,8 @@ def test_a_stream_that_cannot_end_as_an_answer_ends_with_an_error_event() -> Non
     events = _run(
         _relay(),
         [
-            _delta(0, "Hi", tool_calls=call),
-            _delta(1, end="failed", error="bad_response: cut"),
+            stream_delta(0, "Hi", tool_calls=call),
+            stream_delta(1, end="failed", error="bad_response: cut"),
         ],
     )
     name, data = events[-1]
