@@ -27,7 +27,7 @@ from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
 from app.embedded.stack import EmbeddedStack
 from app.gateway.run import LOCAL_KEY, add_local_key
-from app.lifetime import die_with_parent
+from app.lifetime import die_with_parent, stop_process
 from bench.gateway_mock import MODEL
 
 
@@ -62,12 +62,7 @@ class Process:
         self.popen.wait()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.popen, timeout_s)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from app.client import TopicFollower
 from app.embedded.broker import EmbeddedBroker
 from app.embedded.child_env import child_env
 from app.kafka import client_security
+from app.lifetime import stop_process
 from app.settings import Settings
 from bench.throughput.procfs import process_cpu_s
 
@@ -144,12 +145,7 @@ async def _one(
         elapsed = time.monotonic() - started
         cpu = process_cpu_s(process.pid) - started_cpu - idle_rate * elapsed
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 15)
     return {
         "sends": sends,
         "way": way,

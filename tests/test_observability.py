@@ -32,7 +32,7 @@ from stack_helpers import chat, collect, publish, warm_up
 from app import metrics
 from app.embedded.broker import EmbeddedBroker, free_port
 from app.embedded.stack import EmbeddedStack
-from app.lifetime import die_with_parent
+from app.lifetime import die_with_parent, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "ops/grafana/dashboards/switchyard.json"
@@ -152,12 +152,7 @@ class Prometheus:
             await asyncio.sleep(0.5)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, 10)
 
 
 def value(sample: dict[str, Any]) -> float:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from app.embedded.child_env import child_env
-from app.lifetime import die_with_parent
+from app.lifetime import die_with_parent, stop_process
 from bench.gateway_mock import completion_body
 from bench.throughput.workload import MOCK_MODEL
 
@@ -117,10 +117,4 @@ class MockServer:
         raise TimeoutError(f"mock {self.kind} did not listen within {timeout_s:g}s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 5)
