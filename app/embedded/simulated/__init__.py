@@ -51,7 +51,8 @@ Prompt caches
     1,024 tokens (``prompt_cache``): what cache affinity follows.
 
 Modules: ``models`` (the table, ``draw``), ``server`` (:class:`SimulatedProviders`),
-``openai_format`` (request parsing, response bodies), ``prompt_cache``, ``providers_file``
+``provider_state`` (one provider's overrides and figures), ``openai_format`` (request
+parsing, response bodies), ``prompt_cache``, ``providers_file``
 (``providers.yaml`` for the router, with what the embedded stack shows: ``showcase``).
 Their public names are re-exported here.
 """
@@ -85,12 +86,13 @@ from app.embedded.simulated.openai_format import (
     parse_max_tokens,
     parse_messages,
 )
+from app.embedded.simulated.provider_state import ProviderOverride, ProviderStats
 from app.embedded.simulated.providers_file import (
     demo_providers_yaml,
     provider_entry,
     providers_config,
 )
-from app.embedded.simulated.server import ProviderOverride, ProviderStats, SimulatedProviders
+from app.embedded.simulated.server import SimulatedProviders
 
 __all__ = [
     "CANNED_COMPLETION",

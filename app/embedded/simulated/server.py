@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import random
 import socket
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from aiohttp import web
 
-from app.embedded.simulated.embeddings import embeddings_answer, parse_embeddings
+from app.embedded.simulated.embeddings import (
+    EmbeddingsAsked,
+    embeddings_answer,
+    parse_embeddings,
+)
 from app.embedded.simulated.judging import judge_reply
 from app.embedded.simulated.models import (
     DEFAULT_COMPLETION_TOKENS,
@@ -38,7 +40,11 @@ from app.embedded.simulated.openai_format import (
     server_error_response,
     unknown_provider_response,
 )
-from app.embedded.simulated.prompt_cache import PromptCache
+from app.embedded.simulated.provider_state import (
+    ProviderOverride,
+    ProviderState,
+    ProviderStats,
+)
 from app.embedded.simulated.streaming import (
     FIRST_TOKEN_SHARE,
     StreamedAnswer,
@@ -47,44 +53,8 @@ from app.embedded.simulated.streaming import (
 )
 from app.lifetime import AsyncStarted
 
-
-@dataclass
-class ProviderOverride:
-    outage: bool = False
-    latency_factor: float = 1.0
-    success_rate: float | None = None
-    #: Every call answers 429 with Retry-After (``retry_after_s`` real seconds when set).
-    rate_limited: bool = False
-    retry_after_s: float | None = None
-    #: Every call answers 200 with a body that is not a completion.
-    malformed: bool = False
-    #: The answer's text instead of the canned one.
-    reply_text: str | None = None
-    #: Faults of ``stream: true`` answers (app/embedded/simulated/streaming.py).
-    stream: StreamFaults = field(default_factory=StreamFaults)
-
-
-@dataclass
-class ProviderStats:
-    requests: int = 0
-    ok: int = 0
-    server_errors: int = 0
-    rate_limited: int = 0
-    concurrency_rejected: int = 0
-    #: Successful answers that read the provider's prompt cache, and the tokens read.
-    cache_reads: int = 0
-    cached_tokens: int = 0
-
-
-@dataclass
-class _Provider:
-    model: SimulatedModel
-    rng: random.Random
-    override: ProviderOverride = field(default_factory=ProviderOverride)
-    stats: ProviderStats = field(default_factory=ProviderStats)
-    in_flight: int = 0
-    #: Prefixes of the prompts it answered (app/embedded/simulated/prompt_cache.py).
-    cache: PromptCache = field(default_factory=PromptCache)
+#: What a handler answers: a response, or a stream of server-sent events.
+Answer = TypeVar("Answer", bound=web.StreamResponse)
 
 
 class SimulatedProviders(AsyncStarted):
@@ -113,7 +83,7 @@ class SimulatedProviders(AsyncStarted):
         self.completion_tokens = completion_tokens
         self.host = host
         self._providers = {
-            m.provider_id: _Provider(m, provider_rng(seed, m.provider_id)) for m in models
+            m.provider_id: ProviderState(m, provider_rng(seed, m.provider_id)) for m in models
         }
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -223,7 +193,7 @@ class SimulatedProviders(AsyncStarted):
 
     # -- request handling ----------------------------------------------------------
 
-    def _get(self, provider_id: str) -> _Provider:
+    def _get(self, provider_id: str) -> ProviderState:
         try:
             return self._providers[provider_id]
         except KeyError:
@@ -259,14 +229,24 @@ class SimulatedProviders(AsyncStarted):
                 raise RequestError("stream must be a boolean")
         except RequestError as exc:
             return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+        if body.get("stream") is True:
+            return await self._in_slot(
+                provider,
+                lambda: self._serve_stream(request, body, provider, messages, max_tokens),
+            )
+        return await self._in_slot(provider, lambda: self._serve(provider, messages, max_tokens))
+
+    async def _in_slot(
+        self, provider: ProviderState, serve: Callable[[], Awaitable[Answer]]
+    ) -> Answer | web.Response:
+        """``serve()`` in one of the provider's ``max_concurrency`` slots; a 429 when none
+        is free."""
         if provider.in_flight >= provider.model.max_concurrency:
             provider.stats.concurrency_rejected += 1
             return self._rate_limited("concurrency limit reached")
         provider.in_flight += 1
         try:
-            if body.get("stream") is True:
-                return await self._serve_stream(request, body, provider, messages, max_tokens)
-            return await self._serve(provider, messages, max_tokens)
+            return await serve()
         finally:
             provider.in_flight -= 1
 
@@ -274,7 +254,7 @@ class SimulatedProviders(AsyncStarted):
         self,
         request: web.Request,
         body: dict[str, Any],
-        provider: _Provider,
+        provider: ProviderState,
         messages: list[Any],
         max_tokens: int,
     ) -> web.StreamResponse:
@@ -297,7 +277,7 @@ class SimulatedProviders(AsyncStarted):
         return await stream_answer(request, answer, provider.override.stream)
 
     async def _serve(
-        self, provider: _Provider, messages: list[Any], max_tokens: int, share: float = 1.0
+        self, provider: ProviderState, messages: list[Any], max_tokens: int, share: float = 1.0
     ) -> web.Response:
         failure, latency_ms = await self._faults(provider, '{"choices": [', share)
         if failure is not None:
@@ -344,23 +324,19 @@ class SimulatedProviders(AsyncStarted):
             asked = parse_embeddings(await read_json_body(request))
         except RequestError as exc:
             return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
-        if provider.in_flight >= provider.model.max_concurrency:
-            provider.stats.concurrency_rejected += 1
-            return self._rate_limited("concurrency limit reached")
-        provider.in_flight += 1
-        try:
-            failed, latency_ms = await self._faults(provider, '{"data": [')
-            if failed is not None:
-                return failed
-            provider.stats.ok += 1
-            headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
-            answer = embeddings_answer(provider.model.model, asked)
-            return web.json_response(answer, headers=headers)
-        finally:
-            provider.in_flight -= 1
+        return await self._in_slot(provider, lambda: self._embed(provider, asked))
+
+    async def _embed(self, provider: ProviderState, asked: EmbeddingsAsked) -> web.Response:
+        failed, latency_ms = await self._faults(provider, '{"data": [')
+        if failed is not None:
+            return failed
+        provider.stats.ok += 1
+        headers = {"x-simulated-latency-ms": f"{latency_ms:.3f}"}
+        answer = embeddings_answer(provider.model.model, asked)
+        return web.json_response(answer, headers=headers)
 
     async def _faults(
-        self, provider: _Provider, malformed_text: str, share: float = 1.0
+        self, provider: ProviderState, malformed_text: str, share: float = 1.0
     ) -> tuple[web.Response | None, float]:
         """One call's draw, waited out (``share`` of a success's latency: the rest is the
         caller's): its failure (an outage, a body cut at ``malformed_text``, a 429, a 503),
