@@ -7,11 +7,12 @@ by the one :class:`app.routing.driver.Driver`; every attempt is answered with an
 and :func:`~app.execution.outcome.feedback` (so its cost is the executor's: cached input at
 the cached price). Only the providers are simulated.
 
-A provider's cache holds every message-boundary prefix of the prompts it served, for
-``CACHE_TTL_S`` after its last use (a read refreshes it, as OpenAI's and Anthropic's
-do); a call reads the longest fresh prefix, if it is at least ``MIN_CACHED_TOKENS``
-long. A conversation's turn is a *history hit* when the tokens read cover its whole
-previous turn's prompt: the provider held the conversation.
+A provider's cache is the simulated providers' (app/embedded/simulated/prompt_cache.py):
+every message-boundary prefix of the prompts it served, for ``TTL_S`` after its last use
+(a read refreshes it, as OpenAI's and Anthropic's do); a call reads the longest fresh
+prefix, if it is at least ``MIN_CACHED_TOKENS`` long. A conversation's turn is a *history
+hit* when the tokens read cover its whole previous turn's prompt: the provider held the
+conversation.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from app.contract import (
     RoutingLogEvent,
     StatusClass,
 )
+from app.embedded.simulated.prompt_cache import PromptCache
 from app.execution.outcome import CallResult, build_outcome, feedback, is_final
 from app.ingest import accept
 from app.routing.affinity import SESSION
@@ -43,8 +45,6 @@ from app.routing.policy import Policy
 from app.routing.state import BreakerPhase
 
 ORIGIN = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-CACHE_TTL_S = 300.0
-MIN_CACHED_TOKENS = 1024
 CHARS_PER_TOKEN = 4
 LATENCY_S = 0.8
 #: Anthropic-like list prices (USD per 1M tokens): input, cached input, output.
@@ -96,26 +96,6 @@ def tokens(text: str) -> int:
 
 
 @dataclass
-class ProviderCache:
-    """Message-boundary prefixes (hash -> last use) a provider can read."""
-
-    entries: dict[str, float] = field(default_factory=dict)
-
-    def serve(self, prefixes: list[tuple[str, int]], now: float) -> int:
-        """Tokens read from the cache for a prompt whose prefixes are ``prefixes`` (hash,
-        cumulative tokens); then the whole prompt is cached."""
-        read = 0
-        for key, size in prefixes:
-            last = self.entries.get(key)
-            if last is None or now - last > CACHE_TTL_S:
-                break
-            read = size
-        for key, _ in prefixes:
-            self.entries[key] = now
-        return read if read >= MIN_CACHED_TOKENS else 0
-
-
-@dataclass
 class Conversation:
     number: int
     turns: int
@@ -161,7 +141,7 @@ class World:
     def __post_init__(self) -> None:
         self.policy = Policy(self.config, self.params)
         self.driver = Driver(lambda: self.policy)
-        self.caches: dict[str, ProviderCache] = defaultdict(ProviderCache)
+        self.caches: dict[str, PromptCache] = defaultdict(PromptCache)
         self.events: dict[int, RoutingLogEvent] = {}
         self.position = -1
         self.offset = -1
@@ -234,7 +214,7 @@ class World:
             self.stats.failed_attempts += 1
             result = CallResult(StatusClass.SERVER_ERROR, 503, LATENCY_S * 1000, error="503")
         else:
-            read = self.caches[decision.deployment].serve(prefixes, now)
+            read = self.caches[decision.deployment].read(prefixes, now)
             answer = filler(self.rng, 1200)
             result = CallResult(
                 StatusClass.SUCCESS,
@@ -274,9 +254,9 @@ class World:
             self.schedule(self.clock + gap, "turn", talk)
 
     def _note_breakers(self, now: float) -> None:
-        state = self.driver.states.get("chat")
-        if state is None:
+        if "chat" not in self.driver.states:
             return
+        state = self.driver.route_state("chat")
         for deployment, arm in state.arms.items():
             if arm.breaker.state is BreakerPhase.OPEN and deployment not in self.open_at:
                 self.open_at[deployment] = now

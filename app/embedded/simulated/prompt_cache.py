@@ -59,9 +59,12 @@ class PromptCache:
     def serve(self, messages: Sequence[Any]) -> int:
         """Tokens read from the cache for a call with ``messages``; then the call's own
         prefixes are cached."""
-        now = self._clock()
+        return self.read(prefixes(messages), self._clock())
+
+    def read(self, found: Sequence[tuple[str, int]], now: float) -> int:
+        """Tokens read from the cache at ``now`` by a prompt whose message-boundary
+        prefixes are ``found`` ((hash, tokens), shortest first); then they are cached."""
         read = 0
-        found = prefixes(messages)
         for key, tokens in found:
             last = self._entries.get(key)
             if last is None or now - last > TTL_S:
