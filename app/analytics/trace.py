@@ -27,6 +27,16 @@ _GRADE = (
 )
 
 
+def _about(store: Store, request_id: str, table: str, columns: str) -> list[tuple[Any, ...]]:
+    """``columns`` of the rows of ``table`` about ``request_id``, in the order the sink read
+    their events."""
+    return store.query(
+        f"SELECT {columns} FROM {table} WHERE request_id = ? "
+        "ORDER BY kafka_partition, kafka_offset",
+        [request_id],
+    )
+
+
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat()
 
@@ -47,10 +57,7 @@ def store_trace(store: Store, request_id: str) -> dict[str, Any] | None:
             moved = _grades_before(store, route, shown["state_version"], members, previous)
             decision = {**shown, "grades_before": moved}
         attempts.append({"attempt": number, "decision": decision, "outcome": outcomes.get(number)})
-    rows = store.query(
-        f"SELECT {_GRADE} FROM grades WHERE request_id = ? ORDER BY kafka_partition, kafka_offset",
-        [request_id],
-    )
+    rows = _about(store, request_id, "grades", _GRADE)
     return {
         "request_id": request_id,
         "accepted": accepted,
@@ -65,13 +72,8 @@ _Found = tuple[dict[str, Any], str, list[str], int | None]
 
 
 def _decisions(store: Store, request_id: str) -> dict[int, _Found]:
-    rows = store.query(
-        f"SELECT {_DECISION} FROM decisions WHERE request_id = ? "
-        "ORDER BY kafka_partition, kafka_offset",
-        [request_id],
-    )
     found: dict[int, _Found] = {}
-    for row in rows:
+    for row in _about(store, request_id, "decisions", _DECISION):
         if row[2] not in found:
             found[row[2]] = _decision(row)
     return found
@@ -129,11 +131,7 @@ def _decision(row: tuple[Any, ...]) -> _Found:
 
 def _outcomes(store: Store, request_id: str) -> dict[int, dict[str, Any]]:
     columns = ", ".join(OUTCOME_FIELDS)
-    rows = store.query(
-        f"SELECT attempt, deployment, {columns} FROM outcomes WHERE request_id = ? "
-        "ORDER BY kafka_partition, kafka_offset",
-        [request_id],
-    )
+    rows = _about(store, request_id, "outcomes", f"attempt, deployment, {columns}")
     found: dict[int, dict[str, Any]] = {}
     for attempt, deployment, *values in rows:
         found.setdefault(
@@ -143,12 +141,11 @@ def _outcomes(store: Store, request_id: str) -> dict[int, dict[str, Any]]:
 
 
 def _accepted(store: Store, request_id: str) -> dict[str, Any] | None:
-    rows = store.query(
-        "SELECT route, occurred_at, prompt_sha256, prompt_chars, request_topic, "
-        "request_partition, request_offset, kafka_partition, kafka_offset FROM requests "
-        "WHERE request_id = ? ORDER BY kafka_partition, kafka_offset",
-        [request_id],
+    columns = (
+        "route, occurred_at, prompt_sha256, prompt_chars, request_topic, request_partition, "
+        "request_offset, kafka_partition, kafka_offset"
     )
+    rows = _about(store, request_id, "requests", columns)
     if not rows:
         return None
     route, at, sha, chars, topic, partition, offset, log_partition, log_offset = rows[0]
@@ -163,13 +160,11 @@ def _accepted(store: Store, request_id: str) -> dict[str, Any] | None:
 
 
 def _response(store: Store, request_id: str) -> dict[str, Any] | None:
-    rows = store.query(
-        "SELECT status, attempts, deployment, error_type, error_message, error_code, "
-        "error_http_status, error_retry_after_s, occurred_at FROM responses "
-        "WHERE request_id = ? "
-        "ORDER BY kafka_partition, kafka_offset",
-        [request_id],
+    columns = (
+        "status, attempts, deployment, error_type, error_message, error_code, "
+        "error_http_status, error_retry_after_s, occurred_at"
     )
+    rows = _about(store, request_id, "responses", columns)
     if not rows:
         return None
     status, attempts, deployment, kind, message, code, http_status, retry_after, at = rows[0]
