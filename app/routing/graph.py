@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from app.config.dynamic_routes import (
     SPLIT_BUCKETS,
@@ -85,14 +85,17 @@ class RequestFacts:
         )
 
 
+Spec = TypeVar("Spec", RateNode, BudgetNode)
+
+
 @dataclass(frozen=True, slots=True)
-class RateCheck:
-    """A rate node met by a request: count ``key`` against ``spec``'s limit."""
+class NodeCheck(Generic[Spec]):
+    """A rate or budget node met by a request: what it counts is ``key``, ``subject``'s
+    count at node ``node`` of graph ``graph``."""
 
     graph: str
     node: str
-    spec: RateNode
-    #: The tenant or API key id counted (None: the request has none; counted together).
+    spec: Spec
     subject: str | None
 
     @property
@@ -101,18 +104,15 @@ class RateCheck:
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetCheck:
-    """A budget node met by a request: compare ``key``'s spend with ``spec.usd``."""
+class RateCheck(NodeCheck[RateNode]):
+    """A rate node met by a request: count ``key`` against ``spec``'s limit. ``subject``:
+    the tenant or API key id counted (None: the request has none; counted together)."""
 
-    graph: str
-    node: str
-    spec: BudgetNode
-    #: The tenant, API key id or route (the graph's name) whose spend counts.
-    subject: str | None
 
-    @property
-    def key(self) -> tuple[str, str, str | None]:
-        return (self.graph, self.node, self.subject)
+@dataclass(frozen=True, slots=True)
+class BudgetCheck(NodeCheck[BudgetNode]):
+    """A budget node met by a request: compare ``key``'s spend with ``spec.usd``.
+    ``subject``: the tenant, API key id or route (the graph's name) whose spend counts."""
 
 
 class Counters(Protocol):
