@@ -254,9 +254,9 @@ class World:
             self.schedule(self.clock + gap, "turn", talk)
 
     def _note_breakers(self, now: float) -> None:
-        if "chat" not in self.driver.states:
+        state = self.driver.states.get("chat")
+        if state is None:
             return
-        state = self.driver.route_state("chat")
         for deployment, arm in state.arms.items():
             if arm.breaker.state is BreakerPhase.OPEN and deployment not in self.open_at:
                 self.open_at[deployment] = now
