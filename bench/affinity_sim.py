@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,19 +29,17 @@ from app.config.schema import RoutingConfig, parse_config
 from app.contract import (
     Decision,
     Dispatch,
-    LogPosition,
-    RequestAccepted,
     RoutingLogEvent,
     StatusClass,
 )
 from app.embedded.simulated.prompt_cache import PromptCache
 from app.execution.outcome import CallResult, build_outcome, feedback, is_final
-from app.ingest import accept
 from app.routing.affinity import SESSION
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.state import BreakerPhase
+from bench.ingested import ingested
 
 ORIGIN = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CHARS_PER_TOKEN = 4
@@ -191,16 +188,7 @@ class World:
         if talk.session is not None:
             body["session_id"] = talk.session
         self.offset += 1
-        accepted = accept(
-            json.dumps(body).encode(),
-            LogPosition(topic="llm.requests", partition=0, offset=self.offset),
-            _at(now),
-            self.config,
-            max_request_bytes=10_000_000,
-            deadletter_max_bytes=1024,
-        )
-        if not isinstance(accepted, RequestAccepted):
-            raise RuntimeError(f"turn refused: {accepted.reason}")
+        accepted = ingested(body, self.offset, _at(now), self.config)
         self.talks[body["request_id"]] = talk
         self.fold(accepted)
 

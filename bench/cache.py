@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from app.config.schema import RoutingConfig, parse_config
-from app.contract import Dispatch, LogPosition, RequestAccepted, StatusClass
+from app.contract import Dispatch, StatusClass
 from app.execution.outcome import CallResult, build_outcome, feedback
-from app.ingest import accept
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.understanding import embedding
 from bench.cache_questions import questions
+from bench.ingested import ingested
 
 ORIGIN = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 SPACING_S = 2.0
@@ -113,15 +113,7 @@ def simulate(name: str, cache: dict[str, Any] | None, asked: list[tuple[str, str
             "temperature": 0,
             "messages": [{"role": "user", "content": question}],
         }
-        accepted = accept(
-            json.dumps(body).encode(),
-            LogPosition(topic="llm.requests", partition=0, offset=n),
-            datetime.fromtimestamp(now, UTC),
-            config,
-            max_request_bytes=1_000_000,
-            deadletter_max_bytes=1024,
-        )
-        assert isinstance(accepted, RequestAccepted), accepted
+        accepted = ingested(body, n, datetime.fromtimestamp(now, UTC), config)
         started = time.perf_counter()
         step = driver.fold(accepted, position)
         row.fold_us += (time.perf_counter() - started) * 1e6

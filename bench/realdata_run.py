@@ -28,21 +28,18 @@ from pathlib import Path
 from app.config.providers import ModelSpec, ProviderConfig, deployment_id
 from app.config.schema import RouteConfig, RoutingConfig
 from app.contract import (
-    ChatMessage,
-    ChatRequest,
     Dispatch,
     GradeApplied,
-    LogPosition,
     RequestAccepted,
     RoutingLogEvent,
     StatusClass,
     derived_id,
 )
 from app.execution.outcome import CallResult, build_outcome, feedback
-from app.ingest import accept
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
+from bench.ingested import ingested
 
 ROUTE = "chat"
 #: Epoch seconds of the first request (2026-01-01T00:00:00Z); one request a second.
@@ -169,22 +166,11 @@ class Replay:
             self.fold(grade)
 
     def request(self, number: int, prompt: Prompt, t: float) -> RequestAccepted:
-        body = ChatRequest(
-            request_id=f"realdata-{number}",
-            messages=[ChatMessage(role="user", content=prompt.text)],
-        )
-        raw = body.model_dump_json(exclude_none=True).encode()
-        accepted = accept(
-            raw,
-            LogPosition(topic="llm.requests", partition=0, offset=number),
-            _when(t),
-            self.config,
-            max_request_bytes=10_000_000,
-            deadletter_max_bytes=1024,
-        )
-        if not isinstance(accepted, RequestAccepted):
-            raise ValueError(f"prompt {number} was not accepted: {accepted.reason}")
-        return accepted
+        body = {
+            "request_id": f"realdata-{number}",
+            "messages": [{"role": "user", "content": prompt.text}],
+        }
+        return ingested(body, number, _when(t), self.config)
 
     def answer(self, dispatch: Dispatch, prompt: Prompt, t: float) -> tuple[str, list[Dispatch]]:
         """Answer one attempt as the executor would, with the data's cost: the model and

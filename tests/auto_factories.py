@@ -3,7 +3,6 @@ accepted by ingest itself (features, prefix hash), a log whose answers read the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +16,12 @@ from app.contract import (
     AttemptFinished,
     Decision,
     Dispatch,
-    LogPosition,
     RequestAccepted,
     StatusClass,
 )
-from app.ingest import accept
 from app.routing.answers import at
 from app.routing.policy import Policy
+from bench.ingested import ingest
 
 SYSTEM = "You are the support assistant of Example Corp. Answer politely and precisely."
 
@@ -94,16 +92,7 @@ def request(
     if session is not None:
         body["session_id"] = session
     body.update(fields)
-    when = at(T0 + n if t is None else t)
-    source = LogPosition(topic="llm.requests", partition=0, offset=n)
-    accepted = accept(
-        json.dumps(body).encode(),
-        source,
-        when,
-        policy.config,
-        max_request_bytes=10_000_000,
-        deadletter_max_bytes=1024,
-    )
+    accepted = ingest(body, n, at(T0 + n if t is None else t), policy.config)
     assert isinstance(accepted, RequestAccepted), accepted
     return accepted
 

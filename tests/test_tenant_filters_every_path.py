@@ -23,7 +23,6 @@ route ``model`` names; the router's policy does not hold the keys).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
@@ -34,11 +33,11 @@ from auto_factories import CacheLog
 from factories import T0, params
 
 from app.config.schema import RoutingConfig, parse_config
-from app.contract import Decision, LogPosition, RequestAccepted, Response, StatusClass
-from app.ingest import accept
+from app.contract import Decision, RequestAccepted, Response, StatusClass
 from app.routing.answers import at
 from app.routing.driver import Driver
 from app.routing.policy import Policy
+from bench.ingested import ingest
 
 SYSTEM = "You are the support assistant of Example Corp."
 
@@ -208,14 +207,7 @@ def request(
         body["model"] = model
     if session is not None:
         body["session_id"] = session
-    accepted = accept(
-        json.dumps(body).encode(),
-        LogPosition(topic="llm.requests", partition=0, offset=next(_offsets)),
-        at(T0 + n),
-        POLICY.config,
-        max_request_bytes=1_000_000,
-        deadletter_max_bytes=1024,
-    )
+    accepted = ingest(body, next(_offsets), at(T0 + n), POLICY.config)
     assert isinstance(accepted, RequestAccepted), accepted
     return accepted
 

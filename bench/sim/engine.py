@@ -27,7 +27,6 @@ ties broken by a sequence number, so a run is a deterministic function of
 from __future__ import annotations
 
 import heapq
-import json
 import random
 from dataclasses import dataclass, field
 
@@ -36,7 +35,6 @@ from app.contract import (
     AttemptFinished,
     Decision,
     Dispatch,
-    LogPosition,
     Outcome,
     RequestAccepted,
     StatusClass,
@@ -49,9 +47,9 @@ from app.execution.outcome import (
     deadline_passed,
     finish,
 )
-from app.ingest import accept
 from app.routing.fold import at
 from app.routing.policy import Policy
+from bench.ingested import ingested
 from bench.sim import policies
 from bench.sim.routers import Choice, Router
 from bench.sim.scenarios import ROUTE, prompt_for
@@ -175,16 +173,7 @@ class _Run:
             "metadata": {"domain": domain} if domain else {},
         }
         # What the ingest agent does with the record: the same pure function.
-        event = accept(
-            json.dumps(raw).encode(),
-            LogPosition(topic="llm.requests", partition=0, offset=index),
-            at(ORIGIN + t),
-            self.scenario.config,
-            max_request_bytes=1_000_000,
-            deadletter_max_bytes=4096,
-        )
-        if not isinstance(event, RequestAccepted):
-            raise RuntimeError(f"ingest refused a simulated request: {event.detail}")
+        event = ingested(raw, index, at(ORIGIN + t), self.scenario.config)
         request = _Request(index, seed, t, domain, event)
         self.by_id[event.request.request_id] = request
         choices = self.fold(event)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -87,8 +86,7 @@ def bench_state(policy: Policy, open_attempts: int) -> RouteState:
 def bench_requests(policy: Policy, count: int) -> list[RequestAccepted]:
     from datetime import UTC, datetime
 
-    from app.contract import LogPosition, RequestAccepted
-    from app.ingest import accept
+    from bench.ingested import ingested
 
     prompts = (
         PROMPT,
@@ -98,26 +96,14 @@ def bench_requests(policy: Policy, count: int) -> list[RequestAccepted]:
     )
     events = []
     for n in range(count):
-        raw = json.dumps(
-            {
-                "request_id": f"decide-{n:06d}",
-                "model": "chat",
-                "messages": [{"role": "user", "content": prompts[n % len(prompts)]}],
-                "max_tokens": MAX_TOKENS,
-            }
-        ).encode()
+        body = {
+            "request_id": f"decide-{n:06d}",
+            "model": "chat",
+            "messages": [{"role": "user", "content": prompts[n % len(prompts)]}],
+            "max_tokens": MAX_TOKENS,
+        }
         when = datetime.fromtimestamp(T0 + n * 0.001, tz=UTC)
-        position = LogPosition(topic="llm.requests", partition=n % 4, offset=3_000 + n)
-        event = accept(
-            raw,
-            position,
-            when,
-            policy.config,
-            max_request_bytes=1_000_000,
-            deadletter_max_bytes=4096,
-        )
-        assert isinstance(event, RequestAccepted), event
-        events.append(event)
+        events.append(ingested(body, 3_000 + n, when, policy.config, partition=n % 4))
     return events
 
 
