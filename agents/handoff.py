@@ -38,6 +38,7 @@ from agents.app import app, dispatch_log, dispatch_topic, settings, spill_log, s
 from agents.executor import run_dispatch
 from app import metrics
 from app.contract import Dispatch
+from app.routing.keys import KeyState
 from app.routing.state import RouteState, attempt_key
 from app.worker.acks import InOrderAcks
 from app.worker.transactions import NotCommitted, Sender, direct
@@ -127,7 +128,7 @@ async def _call(dispatch: Dispatch, partition: int | None = None) -> None:
 
 #: The route's newest state (the router's, once it is imported: folded, maybe not yet
 #: written), else its row.
-state_of: Callable[[str], RouteState] = load_route_state
+state_of: Callable[[str], KeyState] = load_route_state
 
 
 def _read(event: Any, what: str = "dispatch") -> Dispatch | None:
@@ -150,7 +151,8 @@ def _still_open(dispatch: Dispatch) -> bool:
     decision = dispatch.decision
     state = state_of(decision.route)
     key = attempt_key(decision.request_id, decision.attempt)
-    return key in state.open_attempts  # past its deadline: reported expired, no call
+    # Past its deadline: reported expired, no call.
+    return isinstance(state, RouteState) and key in state.open_attempts
 
 
 @app.agent(dispatch_topic)

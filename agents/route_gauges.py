@@ -9,19 +9,23 @@ from __future__ import annotations
 from app import metrics
 from app.policy.holder import policy_holder
 from app.routing.budget import windows as budget_windows
-from app.routing.fold import Step
+from app.routing.budget_state import BudgetState
 from app.routing.state import BREAKER_GAUGE, RouteState
+from app.routing.steps import KeyStep
 
 
-def export(route_name: str, step: Step) -> None:
-    """The gauges of ``route_name`` after ``step``."""
-    _export_breakers(step)
-    _export_budget(route_name, step.state)
-    metrics.ROUTE_WAITING.labels(route=route_name, kind="line").set(step.state.line.waiting)
-    metrics.ROUTE_WAITING.labels(route=route_name, kind="parked").set(len(step.state.parked))
+def export(key: str, step: KeyStep) -> None:
+    """The gauges of ``key`` (a route, or a budget's key) after ``step``."""
+    state = step.state
+    if isinstance(state, BudgetState):
+        _export_budget(key, state)
+        return
+    _export_breakers(state)
+    metrics.ROUTE_WAITING.labels(route=key, kind="line").set(state.line.waiting)
+    metrics.ROUTE_WAITING.labels(route=key, kind="parked").set(len(state.parked))
 
 
-def _export_budget(key: str, state: RouteState) -> None:
+def _export_budget(key: str, state: BudgetState) -> None:
     ledger = state.ledger
     if ledger is None:
         return
@@ -45,8 +49,8 @@ def _export_budget(key: str, state: RouteState) -> None:
 _breaker_exported: dict[str, int] = {}
 
 
-def _export_breakers(step: Step) -> None:
-    for deployment, arm in step.state.arms.items():
+def _export_breakers(state: RouteState) -> None:
+    for deployment, arm in state.arms.items():
         provider = deployment.split(":", 1)[0]
         value = BREAKER_GAUGE[arm.breaker.state]
         if _breaker_exported.get(provider) != value:

@@ -39,7 +39,7 @@ from app.policy.holder import policy_holder
 from app.router.pipeline import Pipeline, SendFailed
 from app.router.ports import Outbox, RouterPorts, Transactions
 from app.routing.driver import Driver
-from app.routing.state import RouteState
+from app.routing.keys import KeyState
 from app.worker.acks import InOrderAcks
 from app.worker.intake import log_time, position_of
 from app.worker.local_log import LocalLog
@@ -148,7 +148,7 @@ if settings.router_local_fold and not exactly_once.ON:
 handoff.state_of = _pipeline.state
 
 
-def newest_states() -> dict[str, RouteState]:
+def newest_states() -> dict[str, KeyState]:
     """States folded here whose rows are not written yet (they wait for their sends, or
     for the next event of their partition): what ``/admin`` shows over the rows."""
     return dict(_pipeline.latest)

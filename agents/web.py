@@ -18,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from agents.app import app, settings
 from app.kafka import bootstrap_servers
 from app.routing.budget import windows as budget_windows
+from app.routing.budget_state import BudgetState
+from app.routing.keys import KeyState
 from app.routing.state import RouteState
 from app.web_auth import admin_gate, admin_token, metrics_token
 from app.worker.observe import RecordSensor, WorkerCollector, readiness
@@ -57,7 +59,7 @@ class MetricsView(web.View):
         return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
 
-def bandit_stats(states: dict[str, RouteState]) -> dict[str, Any]:
+def bandit_stats(states: dict[str, KeyState]) -> dict[str, Any]:
     """Per route and deployment: pulls, mean reward, alpha, beta, EMA latency, breaker."""
     return {
         route: {
@@ -74,7 +76,7 @@ def bandit_stats(states: dict[str, RouteState]) -> dict[str, Any]:
             for deployment, arm in sorted(state.arms.items())
         }
         for route, state in sorted(states.items())
-        if state.ledger is None  # a budget's ledger: /admin/budgets
+        if isinstance(state, RouteState)  # a budget's ledger: /admin/budgets
     }
 
 
@@ -96,19 +98,19 @@ class BudgetsView(web.View):
         return self.json(budget_report(_states(), limits))
 
 
-def _states() -> dict[str, RouteState]:
+def _states() -> dict[str, KeyState]:
     """The rows, with the states folded since that are not written yet."""
     from agents.router import newest_states
 
     return {**all_route_states(), **newest_states()}
 
 
-def budget_report(states: dict[str, RouteState], limits: dict[str, Any]) -> dict[str, Any]:
+def budget_report(states: dict[str, KeyState], limits: dict[str, Any]) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for key, state in sorted(states.items()):
-        ledger = state.ledger
-        if ledger is None:
+        if not isinstance(state, BudgetState) or state.ledger is None:
             continue
+        ledger = state.ledger
         scope = key.removeprefix("budget:")
         budget = limits.get(scope)
         held = ledger.held

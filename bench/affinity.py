@@ -114,7 +114,7 @@ def breaker_row(world: World, fail_at: float) -> dict[str, Any]:
         key = session_key(None, talk.session or "")
         if key in pinned and key not in next_turns:
             next_turns[key] = (decision.deployment, decision.selection_rule)
-    state = world.driver.states["chat"]
+    state = world.driver.route_state("chat")
     return {
         "failing_from_s": fail_at,
         "breaker_opened_after_s": None if opened is None else round(opened - fail_at, 3),

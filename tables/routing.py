@@ -1,6 +1,8 @@
-"""The router's state: one row per route, co-partitioned with the routing log.
+"""The router's state: one row per key of the routing log, co-partitioned with it.
 
-A row is a :class:`app.routing.state.RouteState` as JSON (:mod:`app.routing.rows`).
+A route's row is a :class:`app.routing.state.RouteState` as JSON, a budget's
+(``budget:SCOPE``) a :class:`app.routing.budget_state.BudgetState`
+(:mod:`app.routing.rows`; the key tells which).
 The router writes it once the sends of every event it includes are acknowledged
 (agents/router.py), so one changelog record carries the whole effect of one or
 more consecutive routing-log events, never part of one, and never an event whose
@@ -15,8 +17,8 @@ import faust
 from faust.serializers.codecs import dumps
 from faust.types import TP
 
-from app.routing.rows import from_row, to_row
-from app.routing.state import RouteState
+from app.routing.keys import KeyState, new_state
+from app.routing.rows import row_of, state_of
 from app.settings import get_settings
 from app.worker.faust_app import table_store_options, worker_app
 
@@ -32,33 +34,34 @@ route_state = app.Table(
 )
 
 
-def load_route_state(route: str) -> RouteState:
-    row = route_state.get(route)
-    return RouteState() if row is None else from_row(row)
+def load_route_state(key: str) -> KeyState:
+    """A key's state: its row's, else a new key's."""
+    row = route_state.get(key)
+    return new_state(key) if row is None else state_of(key, row)
 
 
-def save_route_state(route: str, state: RouteState) -> None:
-    route_state[route] = to_row(state)
+def save_route_state(key: str, state: KeyState) -> None:
+    route_state[key] = row_of(state)
 
 
 def changelog_name() -> str:
     return route_state.changelog_topic.get_topic_name()
 
 
-def row_record(route: str, state: RouteState) -> tuple[bytes, bytes]:
+def row_record(key: str, state: KeyState) -> tuple[bytes, bytes]:
     """The changelog record of a row, as Faust writes it (and its restore reads it)."""
-    return dumps("json", route), dumps("json", to_row(state))
+    return dumps("json", key), dumps("json", row_of(state))
 
 
-def keep_route_state(route: str, state: RouteState, partition: int) -> None:
+def keep_route_state(key: str, state: KeyState, partition: int) -> None:
     """Write a row to the local store of ``partition`` only: its changelog record is
     already committed (exactly-once, app/worker/transactions.py). Faust's store picks the
     partition from the event being processed; a transaction of one partition may be
     committed while an event of another is, so the partition is named here."""
     store: Any = route_state.data  # faust's rocksdb store: one database per partition
-    key = store._encode_key(route)
-    store._db_for_partition(partition).put(key, store._encode_value(to_row(state)))
-    store._key_index[key] = partition
+    encoded = store._encode_key(key)
+    store._db_for_partition(partition).put(encoded, store._encode_value(row_of(state)))
+    store._key_index[encoded] = partition
 
 
 def restored_through(partition: int, offset: int) -> None:
@@ -67,10 +70,10 @@ def restored_through(partition: int, offset: int) -> None:
     store.set_persisted_offset(TP(changelog_name(), partition), offset)
 
 
-def all_route_states() -> dict[str, RouteState]:
-    """The rows this worker holds (the routes of its assigned partitions)."""
+def all_route_states() -> dict[str, KeyState]:
+    """The rows this worker holds (the keys of its assigned partitions)."""
     states = {}
     for key, row in route_state.items():
         if row is not None:
-            states[str(key)] = from_row(row)
+            states[str(key)] = state_of(str(key), row)
     return states

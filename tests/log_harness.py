@@ -33,6 +33,7 @@ from app.contract import (
 from app.routing.answers import at
 from app.routing.driver import Driver
 from app.routing.policy import Policy
+from app.routing.state import RouteState
 
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "ok"}}]}
 
@@ -116,8 +117,10 @@ class Log:
         )
 
     @staticmethod
-    def _waiting(driver: Driver, routes: set[str]) -> bool:
-        return any(driver.state(r).parked or driver.state(r).open_attempts for r in routes)
+    def _waiting(driver: Driver, keys: set[str]) -> bool:
+        """Attempts wait on a route (a budget's key holds none)."""
+        states = [driver.state(key) for key in keys]
+        return any(isinstance(s, RouteState) and (s.parked or s.open_attempts) for s in states)
 
 
 def tick(t: float, route: str = "chat") -> RouteTick:

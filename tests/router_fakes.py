@@ -22,7 +22,7 @@ from app.router.ports import Outbox, RouterPorts, Transactions
 from app.routing.book import PolicyBook
 from app.routing.driver import Driver, Recalled
 from app.routing.fold import Want
-from app.routing.state import RouteState
+from app.routing.keys import KeyState, new_state
 from app.settings import Settings
 from app.worker.transactions import Sender
 
@@ -72,10 +72,10 @@ class Wired:
     """The router's ports bound to the fakes; :meth:`router` is a new process's pipeline."""
 
     broker: FakeBroker = field(default_factory=FakeBroker)
-    table: dict[str, RouteState] = field(default_factory=dict)
+    table: dict[str, KeyState] = field(default_factory=dict)
     #: Rows written at every chance (the flush interval is tested on its own).
     flush_interval_s: float = 0.0
-    save: Callable[[str, RouteState], None] | None = None
+    save: Callable[[str, KeyState], None] | None = None
     clock: Callable[[], float] = time.monotonic
     transactions: Transactions | None = None
 
@@ -102,7 +102,7 @@ class Wired:
             raise AssertionError(f"the fakes hold no log to read back ({want.kind})")
 
         return RouterPorts(
-            load_state=lambda route: self.table.get(route, RouteState()),
+            load_state=lambda key: self.table.get(key) or new_state(key),
             save_state=self.save or self.table.__setitem__,
             outbox=Outbox(
                 decisions=self.broker.topic("decisions_topic"),

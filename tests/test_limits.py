@@ -15,10 +15,10 @@ from app.config.schema import Budget, RouteConfig, RoutingConfig
 from app.contract import Decision, ErrorBody, Response, RoutingLogEvent, StatusClass
 from app.gateway.errors import from_error_body
 from app.routing.budget import label_of, seconds_left
+from app.routing.budget_state import Amount, Ledger, Waiting
 from app.routing.driver import Driver
 from app.routing.policy import Policy
-from app.routing.rows import _ledger, dumps, loads
-from app.routing.state import Amount, Ledger, Waiting
+from app.routing.rows import _ledger, dumps, loads_budget
 
 ROUTES = ("chat", "code", "docs")
 PROMPT, MAX_TOKENS = 40, 200
@@ -132,10 +132,10 @@ def test_windows_and_holds_round_trip_in_rows_and_old_rows_read() -> None:
     driver = log.run(requests(12, tenant="acme"))
     state = driver.state("budget:tenant:acme")
     assert state.ledger is not None and state.ledger.spent["minute"].amount.tokens > 0
-    assert loads(dumps(state)) == state
+    assert loads_budget(dumps(state)) == state
     waiting = Waiting("r9", 1, "chat", Amount(1, 240, 0.25), ("tenant:acme",), 0, T0 + 60)
     busy = replace(state.ledger, holds={"r8#1": Amount(1, 240, 0.125)}, waiting=(waiting,))
-    assert loads(dumps(replace(state, ledger=busy))).ledger == busy
+    assert loads_budget(dumps(replace(state, ledger=busy))).ledger == busy
     old = {"day": "2023-11-14", "day_usd": 0.5, "month": "2023-11", "month_usd": 2.0,
            "holds": {"r1#1": 0.01}, "waiting": [["r2", 1, "chat", 0.02, ["route:chat"], 0, T0]],
            "settled": []}  # fmt: skip

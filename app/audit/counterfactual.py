@@ -47,8 +47,8 @@ from app.execution.outcome import finish, recorded_result
 from app.routing.driver import Driver
 from app.routing.dynamic import FORWARD_SOURCE
 from app.routing.fold import at, epoch
+from app.routing.keys import KeyState
 from app.routing.policy import Policy
-from app.routing.state import RouteState
 
 Key = tuple[str, int]
 #: Error types of responses the router gives when no provider answered.
@@ -83,7 +83,7 @@ class _Run:
     def __init__(self, log: RecordedLog, alt: Policy, model: OutcomeModel, run: int) -> None:
         self.log, self.alt, self.model, self.run = log, alt, model, run
         self.result = RunResult()
-        self.states: dict[str, RouteState] = {}
+        self.states: dict[str, KeyState] = {}
         # The alternative throughout: policy changes in the log do not switch it back.
         self.driver = Driver(lambda: self.alt, states=self.states, follow_versions=False)
         self.positions: dict[str, int] = {}

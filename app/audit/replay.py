@@ -43,8 +43,8 @@ from app.contract import AttemptFinished, Decision, PolicyChanged, Response
 from app.routing.answers import answers, success_response
 from app.routing.book import PolicyBook
 from app.routing.driver import Driver
+from app.routing.keys import KeyState
 from app.routing.policy import Policy
-from app.routing.state import RouteState
 
 R = TypeVar("R", Decision, Response)
 #: (partition, offset) of a routing-log event.
@@ -67,7 +67,7 @@ class Rederived:
     #: Responses: every one the fold derives (errors the router publishes, successful
     #: answers the executor publishes as the same record).
     responses: list[Response] = field(default_factory=list)
-    states: dict[str, RouteState] = field(default_factory=dict)
+    states: dict[str, KeyState] = field(default_factory=dict)
     #: The policy versions the log carried, with their config hashes.
     policy_versions: dict[int, str] = field(default_factory=dict)
     events: int = 0

@@ -100,8 +100,8 @@ from app.contract import (
 )
 from app.contract.budget import ledger_key
 from app.routing.book import PolicyBook
+from app.routing.keys import KeyState
 from app.routing.policy import Policy
-from app.routing.state import RouteState
 
 START_METHOD = "spawn"
 #: Bytes written at once to a spool file (texts of about a kilobyte each, one by one).
@@ -708,7 +708,7 @@ def _report(
     stored = sorted(
         (part.stored_at[key], key, state) for part in folded for key, state in part.states.items()
     )
-    states: dict[str, RouteState] = {key: state for _, key, state in stored}
+    states: dict[str, KeyState] = {key: state for _, key, state in stored}
     errors = sorted(error for part in folded for error in part.errors)
     return ReplayReport(
         source=source.source,

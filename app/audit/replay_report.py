@@ -8,7 +8,7 @@ from typing import Any
 
 from app.audit.grades import GradeCheck
 from app.audit.mismatch import Mismatch, MismatchKind, diff
-from app.routing.state import RouteState
+from app.routing.keys import KeyState
 
 __all__ = ["Mismatch", "MismatchKind", "ReplayReport", "diff", "render"]
 
@@ -33,7 +33,7 @@ class ReplayReport:
     truncated_partitions: dict[int, int]
     allow_pending: bool = False
     grades: GradeCheck = field(default_factory=GradeCheck)
-    states: dict[str, RouteState] = field(default_factory=dict, repr=False)
+    states: dict[str, KeyState] = field(default_factory=dict, repr=False)
     #: The policy versions the log carries, with each one's config hash: the
     #: replay folded each route with the version in force, not with its own policy.
     policy_versions: dict[int, str] = field(default_factory=dict)

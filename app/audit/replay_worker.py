@@ -54,9 +54,9 @@ from app.contract import (
 from app.routing.answers import answers, success_response
 from app.routing.book import PolicyBook
 from app.routing.driver import Driver
+from app.routing.keys import KeyState
 from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities
-from app.routing.state import RouteState
 
 #: A routing-log record's text to its event, as app.audit.log parses it.
 ROUTING_RECORD: TypeAdapter[RoutingEvent] = TypeAdapter(RoutingLogEvent)
@@ -193,7 +193,7 @@ class Folded:
 
     decisions: Compared = field(default_factory=Compared)
     responses: Compared = field(default_factory=Compared)
-    states: dict[str, RouteState] = field(default_factory=dict)
+    states: dict[str, KeyState] = field(default_factory=dict)
     #: Route -> index of the event whose fold first stored its state (the serial
     #: replay's ``states`` are in that order).
     stored_at: dict[str, int] = field(default_factory=dict)

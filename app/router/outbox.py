@@ -8,12 +8,12 @@ from typing import Any
 from app import metrics
 from app.contract import Decision, route_of
 from app.router.ports import Outbox
-from app.routing.fold import Step
+from app.routing.steps import KeyStep
 from app.worker.transactions import Sender
 
 
 async def publish(
-    step: Step, out: Outbox, send: Sender, answered: str | None = None
+    step: KeyStep, out: Outbox, send: Sender, answered: str | None = None
 ) -> list[asyncio.Future[Any]]:
     """Send the step's records and start its calls; return the records' delivery futures.
 

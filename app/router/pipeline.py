@@ -43,8 +43,9 @@ from app.contract import AttemptFinished, RoutingLogEvent, route_of
 from app.router.outbox import publish
 from app.router.ports import RouterPorts
 from app.routing.driver import Driver, Recalled, UnknownPolicyVersion
-from app.routing.fold import Step, Want
-from app.routing.state import RouteState
+from app.routing.fold import Want
+from app.routing.keys import KeyState
+from app.routing.steps import KeyStep
 from app.telemetry import spans
 from app.worker.transactions import NotCommitted, Sender, TransactionalWriter, direct
 
@@ -61,7 +62,7 @@ class _Folded:
 
     #: The broker's event to ack once the row is written (None: folded from the local log).
     event: Any
-    state: RouteState
+    state: KeyState
     sends: list[asyncio.Future[Any]]
 
 
@@ -72,7 +73,7 @@ class Pipeline:
     ports: RouterPorts
     #: The fold's loop, with its recall memory and policy versions.
     driver: Driver
-    latest: dict[str, RouteState] = field(default_factory=dict)
+    latest: dict[str, KeyState] = field(default_factory=dict)
     unwritten: dict[str, deque[_Folded]] = field(default_factory=dict)
     #: The routing partition of each route with unwritten events.
     partition_of: dict[str, int] = field(default_factory=dict)
@@ -83,7 +84,7 @@ class Pipeline:
     #: Exactly-once: when each partition's oldest uncommitted event was folded (monotonic).
     pending_since: dict[int, float] = field(default_factory=dict)
 
-    def state(self, route_name: str) -> RouteState:
+    def state(self, route_name: str) -> KeyState:
         latest = self.latest.get(route_name)
         return latest if latest is not None else self.ports.load_state(route_name)
 
@@ -235,7 +236,7 @@ class Pipeline:
         return last is not None and self.ports.monotonic() - last < self.ports.flush_interval_s
 
     def write_acknowledged(
-        self, route_name: str, save: Callable[[str, RouteState], None] | None = None
+        self, route_name: str, save: Callable[[str, KeyState], None] | None = None
     ) -> list[Any]:
         """Write the row of the newest state whose sends (and all before) are acknowledged
         (``save``: instead of the ports' ``save_state``); return the events it includes."""
@@ -267,8 +268,8 @@ class Pipeline:
         self.driver.forget()
 
     async def _drive(
-        self, run: Generator[Want, Recalled, Step], route_name: str, partition: int, through: int
-    ) -> Step:
+        self, run: Generator[Want, Recalled, KeyStep], route_name: str, partition: int, through: int
+    ) -> KeyStep:
         """Run the driver's step, reading back from the log what its memory lacks."""
         try:
             want = next(run)
@@ -279,7 +280,7 @@ class Pipeline:
                 metrics.ROUTER_RECALLS.labels(kind=want.kind).inc()
                 want = run.send(found)
         except StopIteration as done:
-            return cast(Step, done.value)
+            return cast(KeyStep, done.value)
 
     async def _writer(self, partition: int) -> TransactionalWriter:
         """Exactly-once: the partition's transaction (SendFailed when this worker lost it)."""

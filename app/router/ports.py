@@ -16,7 +16,7 @@ from typing import Any
 from app.contract import Dispatch, Response
 from app.routing.driver import Recall, Recalled
 from app.routing.fold import Want
-from app.routing.state import RouteState
+from app.routing.keys import KeyState
 from app.worker.transactions import Named, Sender, TransactionalWriter
 
 
@@ -44,20 +44,20 @@ class Transactions:
     writer: Callable[[int], Awaitable[TransactionalWriter]]
     #: The route-state table's changelog topic.
     changelog: Callable[[], str]
-    #: A route's row as its changelog record (key, value).
-    row_record: Callable[[str, RouteState], tuple[bytes, bytes]]
-    #: A committed row into the local store (route, state, partition).
-    keep: Callable[[str, RouteState, int], None]
+    #: A key's row as its changelog record (key, value).
+    row_record: Callable[[str, KeyState], tuple[bytes, bytes]]
+    #: A committed row into the local store (key, state, partition).
+    keep: Callable[[str, KeyState, int], None]
     #: The changelog offset a partition's local store now holds (partition, offset).
     restored_through: Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
 class RouterPorts:
-    #: A route's row (its state; a new route's is empty).
-    load_state: Callable[[str], RouteState]
-    #: Write a route's row (at-least-once: the local store and its changelog).
-    save_state: Callable[[str, RouteState], None]
+    #: A key's row (its state; a new key's is empty).
+    load_state: Callable[[str], KeyState]
+    #: Write a key's row (at-least-once: the local store and its changelog).
+    save_state: Callable[[str, KeyState], None]
     outbox: Outbox
     #: Read back from the routing log what the fold's memory lacks.
     recall: Callable[[Want, str, int, int, Recall], Awaitable[Recalled]]

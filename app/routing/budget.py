@@ -28,7 +28,8 @@ from app.config.access import UNITS, WINDOWS
 from app.config.schema import Budget
 from app.contract import BudgetAsk, BudgetSettle, BudgetVerdict, RoutingLogEvent, derived_id
 from app.routing.answers import at
-from app.routing.state import Amount, Ledger, Spent, Waiting, attempt_key
+from app.routing.budget_state import Amount, Ledger, Spent, Waiting
+from app.routing.state import attempt_key
 
 #: Asks a ledger keeps waiting at most; past it, an ask is refused (``budget_busy``).
 MAX_WAITING = 10_000

@@ -25,9 +25,10 @@ from app.contract import (
     derived_id,
 )
 from app.routing.answers import at, deadline_of, error_response
+from app.routing.budget_state import Amount
 from app.routing.capabilities import serves
 from app.routing.policy import Policy
-from app.routing.state import Amount, Hold, Parked, RouteState, attempt_key
+from app.routing.state import Hold, Parked, RouteState, attempt_key
 from app.routing.steps import Step
 
 #: A parked attempt waiting for a verdict is looked at again only when one comes.

@@ -2,9 +2,11 @@
 
 The live router, replay, the counterfactual, the synthetic log, the simulator
 and the benches all fold routing-log events through :class:`Driver`: it calls
-:func:`app.routing.fold.handle` for each event, then takes what the state says
-is ready (:func:`~app.routing.fold.wanted`: parked attempts whose wait is over,
-the head of the line) with events recalled from the log, until nothing is.
+:func:`app.routing.fold.handle` for each event of a route, then takes what the
+state says is ready (:func:`~app.routing.fold.wanted`: parked attempts whose wait
+is over, the head of the line) with events recalled from the log, until nothing
+is. An event of a budget's key goes to :func:`app.routing.budget_fold.handle`,
+which recalls nothing.
 
 What the fold may recall is kept in a :class:`Recall` per route: the requests
 on the route's line and the carriers of its parked attempts. Drivers that hold
@@ -33,10 +35,14 @@ from app.contract import (
     RoutingLogEvent,
     route_of,
 )
+from app.routing import budget_fold
 from app.routing.book import PolicyBook
+from app.routing.budget_state import BudgetState
 from app.routing.fold import Step, Want, handle, take, wanted
+from app.routing.keys import KeyState, new_state
 from app.routing.policy import Policy
 from app.routing.state import RouteState
+from app.routing.steps import BudgetStep, KeyStep
 
 Recalled = tuple[int, RoutingLogEvent]
 
@@ -183,23 +189,24 @@ def _parsed(kept: RoutingLogEvent | bytes) -> RoutingLogEvent:
 
 @dataclass
 class Driver:
-    """Per route: the state and the recall memory, and the policy versions.
+    """Per key: the state (a route's or a budget's), per route the recall memory, and
+    the policy versions.
 
-    Each event is folded with the policy version its route's state names, from
+    Each event is folded with the policy version its key's state names, from
     ``book``; ``policy`` is the one to use while the book is empty (a log that never
     carried a policy: tests, benches, simulators), and always when ``follow_versions``
     is False (a counterfactual: its alternative policy throughout).
     """
 
     policy: Callable[[], Policy]
-    states: dict[str, RouteState] = field(default_factory=dict)
+    states: dict[str, KeyState] = field(default_factory=dict)
     memory: dict[str, Recall] = field(default_factory=dict)
     max_recall_bytes: int | None = None
     book: PolicyBook = field(default_factory=PolicyBook)
     follow_versions: bool = True
 
-    def policy_for(self, state: RouteState, event: RoutingLogEvent) -> Policy:
-        """The policy to fold ``event`` with on a route in ``state``."""
+    def policy_for(self, state: KeyState, event: RoutingLogEvent) -> Policy:
+        """The policy to fold ``event`` with on a key in ``state``."""
         if not self.follow_versions:
             return self.policy()
         version = state.policy_version
@@ -217,8 +224,16 @@ class Driver:
             raise UnknownPolicyVersion(f"{route_of(event)}: policy version {version} is unknown")
         return policy
 
-    def state(self, route: str) -> RouteState:
-        return self.states.get(route) or RouteState()
+    def state(self, key: str) -> KeyState:
+        found = self.states.get(key)
+        return new_state(key) if found is None else found
+
+    def route_state(self, route: str) -> RouteState:
+        """A route's state (TypeError for a budget's key)."""
+        state = self.state(route)
+        if not isinstance(state, RouteState):
+            raise TypeError(f"{route} is a budget's key, not a route")
+        return state
 
     def recall(self, route: str) -> Recall:
         memory = self.memory.get(route)
@@ -228,9 +243,13 @@ class Driver:
 
     def steps(
         self, event: RoutingLogEvent, position: int, raw: bytes | None = None
-    ) -> Generator[Want, Recalled, Step]:
+    ) -> Generator[Want, Recalled, KeyStep]:
         """Fold one event and take what is ready; yield each recall memory cannot answer."""
-        route, policy, memory, step = self._handle(event, position, raw)
+        key = route_of(event)
+        before = self.state(key)
+        if isinstance(before, BudgetState):
+            return self._fold_ledger(key, before, event, position)
+        route, policy, memory, step = self._handle(key, before, event, position, raw)
         while (want := wanted(step.state)) is not None:
             found = memory.find(want)
             if found is None:
@@ -243,11 +262,15 @@ class Driver:
         event: RoutingLogEvent,
         position: int,
         log: Mapping[int, RoutingLogEvent] | None = None,
-    ) -> Step:
+    ) -> KeyStep:
         """:meth:`steps` for a caller that holds the log: what memory lacks (a driver
         resumed from a stored state) is looked up in ``log``, by position. The same steps,
         without a generator (the replay's hot loop)."""
-        route, policy, memory, step = self._handle(event, position, None)
+        key = route_of(event)
+        before = self.state(key)
+        if isinstance(before, BudgetState):
+            return self._fold_ledger(key, before, event, position)
+        route, policy, memory, step = self._handle(key, before, event, position, None)
         while (want := wanted(step.state)) is not None:
             found = memory.find(want)
             if found is None:
@@ -257,11 +280,21 @@ class Driver:
             step = self._take(memory, step, want, found, policy)
         return self._end(route, memory, step)
 
+    def _fold_ledger(
+        self, key: str, before: BudgetState, event: RoutingLogEvent, position: int
+    ) -> BudgetStep:
+        step = budget_fold.handle(before, event, position, self.policy_for(before, event))
+        self.states[key] = step.state
+        return step
+
     def _handle(
-        self, event: RoutingLogEvent, position: int, raw: bytes | None
+        self,
+        route: str,
+        before: RouteState,
+        event: RoutingLogEvent,
+        position: int,
+        raw: bytes | None,
     ) -> tuple[str, Policy, Recall, Step]:
-        route = route_of(event)
-        before = self.state(route)
         policy = self.policy_for(before, event)
         step = handle(before, event, position, policy)
         memory = self.recall(route)

@@ -1,4 +1,5 @@
-"""The router as a pure fold over the routing log: ``(state, event, policy) -> Step``.
+"""The router as a pure fold over the routing log: ``(state, event, policy) -> Step``,
+for a route's key (a budget's key is folded by :mod:`app.routing.budget_fold`).
 
 :func:`handle` folds one routing-log event; :func:`wanted` and :func:`take`
 finish the step by taking waiting requests off the line and parked attempts
@@ -43,8 +44,7 @@ from typing import Literal
 from app.contract import (
     CONTEXT_LENGTH_EXCEEDED,
     AttemptFinished,
-    BudgetAsk,
-    BudgetSettle,
+    BudgetVerdict,
     ErrorBody,
     GradeApplied,
     PolicyChanged,
@@ -54,7 +54,7 @@ from app.contract import (
     RoutingLogEvent,
     refusal_code,
 )
-from app.routing import affinity, budget, cache
+from app.routing import affinity, cache
 from app.routing.admission import LOST_ATTEMPT_GRACE_S, route, take_request
 from app.routing.answers import (
     at,
@@ -68,6 +68,7 @@ from app.routing.answers import (
 )
 from app.routing.attempts import attempts_allowed, first_attempt
 from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
+from app.routing.budget_state import Amount
 from app.routing.capabilities import learn_window
 from app.routing.dynamic import count_spend, fall_back
 from app.routing.feedback import apply_outcome
@@ -76,8 +77,6 @@ from app.routing.policy import Policy
 from app.routing.reliability import mendable
 from app.routing.state import (
     NEW_ARM,
-    Amount,
-    Ledger,
     Line,
     RouteState,
     attempt_key,
@@ -104,7 +103,7 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
     if position <= state.position:
         # Redelivered after a crash or rebalance: this row already includes it.
         return Step(state, applied=False)
-    clock = max(state.clock, _event_time(event))
+    clock = max(state.clock, event_time(event))
     state, expired = _expire_lost_attempts(evolve_route(state, clock=clock, position=position))
     state, overdue = _answer_overdue(state, policy)
     if isinstance(event, RequestAccepted):  # the common events first: the types are disjoint
@@ -117,11 +116,11 @@ def handle(state: RouteState, event: RoutingLogEvent, position: int, policy: Pol
         graded = apply_grade(state, event, policy)
         step = Step(state, applied=False) if graded is None else Step(graded)
     elif isinstance(event, PolicyChanged):
-        step = _switch_policy(state, event, policy)
-    elif isinstance(event, BudgetAsk | BudgetSettle):
-        step = _ledger(state, event, policy)
-    else:  # a BudgetVerdict
+        step = _switch_policy(state, event)
+    elif isinstance(event, BudgetVerdict):
         step = on_verdict(state, event)
+    else:
+        raise ValueError(f"{event.type} is a budget's event (app/routing/budget_fold.py)")
     if expired or overdue:
         step = Step(
             step.state,
@@ -145,18 +144,7 @@ def _give_back(step: Step, route_name: str) -> Step:
     )
 
 
-def _ledger(state: RouteState, event: BudgetAsk | BudgetSettle, policy: Policy) -> Step:
-    """A budget's own key: hold or queue an ask, count a settlement."""
-    ledger = state.ledger or Ledger()
-    limits = policy.config.budget_by_key.get(event.scope)
-    if isinstance(event, BudgetAsk):
-        ledger, records = budget.ask(ledger, event, limits, state.clock)
-    else:
-        ledger, records = budget.settle(ledger, event, limits, state.clock)
-    return Step(evolve_route(state, ledger=ledger), records=records)
-
-
-def _event_time(event: RoutingLogEvent) -> float:
+def event_time(event: RoutingLogEvent) -> float:
     """The time an event brings to the route clock: a request forwarded late (a backlog)
     brings the time ingest forwarded it. A policy change brings none: it is stamped by
     whoever applied it, whose clock must not expire the route's requests."""
@@ -168,20 +156,13 @@ def _event_time(event: RoutingLogEvent) -> float:
     return when
 
 
-def _switch_policy(state: RouteState, change: PolicyChanged, policy: Policy) -> Step:
+def _switch_policy(state: RouteState, change: PolicyChanged) -> Step:
     """From here on the route folds with ``change.version``. Deployments it
-    adds start fresh, removed ones stop being candidates; every arm's history stays. A
-    budget's ledger serves the asks a new limit lets it hold."""
+    adds start fresh, removed ones stop being candidates; every arm's history stays."""
     if change.version <= state.policy_version:
         return Step(state)  # a copy the relay re-sent: the route already switched
     # The response cache's answers were given under the version before: it starts empty.
-    state = evolve_route(state, policy_version=change.version, cache={})
-    if state.ledger is None or not state.ledger.waiting:
-        return Step(state)
-    scope = change.route.removeprefix("budget:")
-    limits = policy.config.budget_by_key.get(scope)
-    ledger, records = budget.serve_waiting(state.ledger, limits, state.clock)
-    return Step(evolve_route(state, ledger=ledger), records=records)
+    return Step(evolve_route(state, policy_version=change.version, cache={}))
 
 
 def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy: Policy) -> Step:

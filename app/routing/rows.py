@@ -1,11 +1,18 @@
-"""A route's state to and from its table row: JSON, with orjson.
+"""A key's state to and from its table row: JSON, with orjson.
 
-The row is the JSON the pydantic state of earlier versions wrote
+A route's row holds its :class:`~app.routing.state.RouteState`; a budget's key
+(``budget:SCOPE``) its :class:`~app.routing.budget_state.BudgetState`: the key tells
+which (:func:`state_of`).
+
+A route's row is the JSON the pydantic state of earlier versions wrote
 (``model_dump(mode="json")``): the same keys in the same order, the same values
 (``tests/test_rows.py`` reads a row written by that code and writes it back
 byte for byte), so rows already in a changelog load as they are and no
-migration or version is needed. Floats round-trip exactly (orjson writes the
-shortest representation that reads back to the same double).
+migration or version is needed. A budget's row is its clock, position, policy
+version and ledger; one written while a budget's key held a route state (those keys
+among a route's, at their defaults) reads as the same budget state. Floats
+round-trip exactly (orjson writes the shortest representation that reads back to
+the same double).
 
 The codec is derived from the state classes' fields (:mod:`app.routing.codec`): a
 record is an object of its fields in field order, and ``ROW_FORMAT`` says where the
@@ -24,21 +31,19 @@ from typing import Any
 
 import orjson
 
+from app.routing.budget_state import Amount, BudgetState, Ledger, Spent, Waiting
 from app.routing.codec import Codec, Format
+from app.routing.keys import KeyState, is_ledger_key
 from app.routing.rate_window import RateWindow, TenantWindow
 from app.routing.state import (
-    Amount,
     ArmState,
     CacheEntry,
     CacheRef,
-    Ledger,
     OpenAttempt,
     Parked,
     Pin,
     RouteState,
     Serving,
-    Spent,
-    Waiting,
 )
 
 Row = dict[str, Any]
@@ -71,7 +76,6 @@ ROW_FORMAT = Format(
         RouteState: (
             "policy_version",
             "holds",
-            "ledger",
             "node_counts",
             "node_spend",
             "affinity",
@@ -79,6 +83,9 @@ ROW_FORMAT = Format(
             "cache",
             "cache_serving",
         ),
+        # A budget's row written before it had a state of its own is a route's with a
+        # ledger: read as this one (the route's fields are not read), written without them.
+        BudgetState: ("policy_version", "ledger"),
         ArmState: ("ewma_p95_ms", "refused_tokens"),
         OpenAttempt: ("budget_nodes", "affinity", "cache"),
         Parked: ("again",),
@@ -97,16 +104,33 @@ ROW_FORMAT = Format(
 )
 _ROWS = Codec(ROW_FORMAT)
 
-#: The state as plain JSON values (what the table stores).
+#: A route's state as plain JSON values (what the table stores).
 to_row: Callable[[RouteState], Row] = _ROWS.encoder(RouteState)
-#: The state a row holds (missing keys: their defaults, as the pydantic state read them).
+#: The route state a row holds (missing keys: their defaults, as the pydantic state read them).
 from_row: Callable[[Mapping[str, Any]], RouteState] = _ROWS.decoder(RouteState)
+#: A budget's state as plain JSON values, and the budget state a row holds.
+budget_to_row: Callable[[BudgetState], Row] = _ROWS.encoder(BudgetState)
+budget_from_row: Callable[[Mapping[str, Any]], BudgetState] = _ROWS.decoder(BudgetState)
 _ledger: Callable[[Mapping[str, Any]], Ledger] = _ROWS.decoder(Ledger)
 
 
-def dumps(state: RouteState) -> bytes:
-    return orjson.dumps(to_row(state))
+def row_of(state: KeyState) -> Row:
+    """Any key's state as its row."""
+    return budget_to_row(state) if isinstance(state, BudgetState) else to_row(state)
+
+
+def state_of(key: str, row: Mapping[str, Any]) -> KeyState:
+    """The state the row of ``key`` holds: a budget's for a budget's key, else a route's."""
+    return budget_from_row(row) if is_ledger_key(key) else from_row(row)
+
+
+def dumps(state: KeyState) -> bytes:
+    return orjson.dumps(row_of(state))
 
 
 def loads(data: bytes | str) -> RouteState:
     return from_row(orjson.loads(data))
+
+
+def loads_budget(data: bytes | str) -> BudgetState:
+    return budget_from_row(orjson.loads(data))

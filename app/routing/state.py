@@ -1,4 +1,5 @@
-"""Routing state of one route, as stored in the route's table row.
+"""Routing state of one route, as stored in the route's table row (a budget's key holds
+its ledger instead: app/routing/budget_state.py).
 
 Slotted dataclasses, frozen to the type checker (:func:`app.routing.records.record`;
 for the decision's time budget, docs/design.md#performance-targets: nothing is
@@ -240,67 +241,6 @@ class Hold:
 
 
 @record
-class Amount:
-    """What an attempt holds on a ledger, or what was spent in a window: requests, tokens
-    (input and output) and dollars."""
-
-    requests: int = 0
-    tokens: int = 0
-    usd: float = 0.0
-
-    def plus(self, other: Amount) -> Amount:
-        return Amount(
-            self.requests + other.requests, self.tokens + other.tokens, self.usd + other.usd
-        )
-
-
-@record
-class Waiting:
-    """On a ledger: an ask it could hold once attempts in flight settle (first come,
-    first served); given up at the request's deadline."""
-
-    request_id: str
-    attempt: int
-    route: str
-    amount: Amount
-    scopes: tuple[str, ...]
-    index: int
-    deadline: float
-
-
-@record
-class Spent:
-    """What a ledger counted in one window: the window (its UTC minute, hour, day or
-    month, as a label) and the amount."""
-
-    label: str = ""
-    amount: Amount = field(default_factory=Amount)
-
-
-@record
-class Ledger:
-    """A budget's spend in the current UTC minute, hour, day and month (by window kind),
-    and what it holds for attempts in flight (by ``request_id#attempt``)."""
-
-    spent: dict[str, Spent] = field(default_factory=dict)
-    holds: dict[str, Amount] = field(default_factory=dict)
-    waiting: tuple[Waiting, ...] = ()
-    #: Attempts settled last (``request_id#attempt``, at most ``RECENT_SETTLED``): a copy
-    #: of an ask or a settlement a route re-sent after a crash changes nothing.
-    settled: tuple[str, ...] = ()
-
-    @property
-    def held(self) -> Amount:
-        total = Amount()
-        for amount in self.holds.values():
-            total = total.plus(amount)
-        return total
-
-    def in_window(self, kind: str) -> Spent:
-        return self.spent.get(kind) or Spent()
-
-
-@record
 class Line:
     """Requests of this route that wait in the routing log itself, in arrival order.
 
@@ -364,8 +304,6 @@ class RouteState:
     policy_version: int = 0
     #: Attempts under budgets, by ``request_id#attempt``.
     holds: dict[str, Hold] = field(default_factory=dict)
-    #: On a budget's own key (``budget:SCOPE``): its ledger; None on a route.
-    ledger: Ledger | None = None
     #: Dynamic routes' rate nodes: requests per window, by
     #: ``graph/node/subject``; and their budget nodes' spend: (period, USD).
     node_counts: RateWindow = field(default_factory=RateWindow)

@@ -1,10 +1,12 @@
-"""What one fold step returns: the new state and the records to send."""
+"""What one fold step returns: the new state and the records to send (a route's
+:class:`Step`, a budget's :class:`BudgetStep`)."""
 
 from __future__ import annotations
 
 from dataclasses import field, replace
 
 from app.contract import Decision, Dispatch, Response, RoutingLogEvent
+from app.routing.budget_state import BudgetState
 from app.routing.records import record
 from app.routing.state import ArmState, RouteState
 
@@ -32,6 +34,26 @@ class Step:
             self.records + later.records,
             self.decisions + later.decisions,
         )
+
+
+@record
+class BudgetStep:
+    """A budget's key after one event (app/routing/budget_fold.py): its new state and the
+    records that answer asks (on to the next ledger, or a verdict to the route). A ledger
+    decides, dispatches and answers nothing itself: those stay empty, as the same fields
+    of a route's :class:`Step` (a driver's caller reads either alike)."""
+
+    state: BudgetState
+    records: list[RoutingLogEvent] = field(default_factory=list)
+    #: False when the event was a duplicate and changed nothing.
+    applied: bool = True
+    dispatches: list[Dispatch] = field(default_factory=list)
+    responses: list[Response] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+#: What folding one event of any routing-log key returns.
+KeyStep = Step | BudgetStep
 
 
 @record

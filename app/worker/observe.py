@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from app import metrics
+from app.routing.keys import KeyState
 from app.routing.state import BREAKER_GAUGE, RouteState
 from app.settings import Topics
 
@@ -78,8 +79,10 @@ def consumer_lags(consumer: Any) -> list[tuple[str, int, int]]:
     return rows
 
 
-def deployment_rows(states: Mapping[str, RouteState]) -> Iterator[tuple[str, str, float, int]]:
+def deployment_rows(states: Mapping[str, KeyState]) -> Iterator[tuple[str, str, float, int]]:
     for route, state in sorted(states.items()):
+        if not isinstance(state, RouteState):
+            continue  # a budget's key: no deployments
         for deployment, arm in sorted(state.arms.items()):
             yield route, deployment, float(BREAKER_GAUGE[arm.breaker.state]), arm.pulls
 
@@ -87,7 +90,7 @@ def deployment_rows(states: Mapping[str, RouteState]) -> Iterator[tuple[str, str
 class WorkerCollector(Collector):
     """The scrape-time series (``app.metrics.CONSUMER_LAG``, ``DEPLOYMENT_*``)."""
 
-    def __init__(self, app: faust.App, states: Callable[[], Mapping[str, RouteState]]) -> None:
+    def __init__(self, app: faust.App, states: Callable[[], Mapping[str, KeyState]]) -> None:
         self.app = app
         self.states = states
 

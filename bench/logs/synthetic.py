@@ -36,8 +36,8 @@ from app.execution.outcome import CallResult, finish
 from app.routing.bandit import seeded_rng
 from app.routing.driver import Driver
 from app.routing.fold import at, epoch
+from app.routing.keys import KeyState
 from app.routing.policy import Policy
-from app.routing.state import RouteState
 
 #: 2023-11-14T22:13:20Z, as in the tests.
 T0 = 1_700_000_000.0
@@ -106,7 +106,7 @@ class _Simulation:
         self.profiles = profiles
         self.seed = seed
         self.log = RecordedLog(source=f"synthetic seed {seed}")
-        self.states: dict[str, RouteState] = {}
+        self.states: dict[str, KeyState] = {}
         self.driver = Driver(lambda: policy, states=self.states)
         self.partition = {route: i for i, route in enumerate(policy.config.route_names())}
         self.offsets: dict[int, int] = {}

@@ -74,6 +74,7 @@ class FoldRouter:
     @property
     def state(self) -> RouteState:
         (state,) = self.driver.states.values() or [RouteState()]
+        assert isinstance(state, RouteState)  # one route, no budgets
         return state
 
     def waiting(self, request_id: str) -> bool:
