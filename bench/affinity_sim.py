@@ -39,7 +39,7 @@ from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.routing.state import BreakerPhase
-from bench.ingested import ingested
+from bench.ingested import admitted, ingest
 
 ORIGIN = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 CHARS_PER_TOKEN = 4
@@ -188,7 +188,7 @@ class World:
         if talk.session is not None:
             body["session_id"] = talk.session
         self.offset += 1
-        accepted = ingested(body, self.offset, _at(now), self.config)
+        accepted = admitted(ingest(body, self.offset, _at(now), self.config))
         self.talks[body["request_id"]] = talk
         self.fold(accepted)
 

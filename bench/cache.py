@@ -36,7 +36,7 @@ from app.routing.params import RoutingParams
 from app.routing.policy import Policy
 from app.understanding import embedding
 from bench.cache_questions import questions
-from bench.ingested import ingested
+from bench.ingested import admitted, ingest
 
 ORIGIN = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 SPACING_S = 2.0
@@ -113,7 +113,7 @@ def simulate(name: str, cache: dict[str, Any] | None, asked: list[tuple[str, str
             "temperature": 0,
             "messages": [{"role": "user", "content": question}],
         }
-        accepted = ingested(body, n, datetime.fromtimestamp(now, UTC), config)
+        accepted = admitted(ingest(body, n, datetime.fromtimestamp(now, UTC), config))
         started = time.perf_counter()
         step = driver.fold(accepted, position)
         row.fold_us += (time.perf_counter() - started) * 1e6

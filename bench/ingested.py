@@ -36,17 +36,10 @@ def ingest(
     )
 
 
-def ingested(
-    body: dict[str, Any],
-    offset: int,
-    when: datetime,
-    config: RoutingConfig,
-    *,
-    partition: int = 0,
-) -> RequestAccepted:
-    """:func:`ingest`, the request accepted; RuntimeError when ingest refuses it."""
-    event = ingest(body, offset, when, config, partition=partition)
+def admitted(event: RequestAccepted | DeadLetter) -> RequestAccepted:
+    """The request ingest accepted (:func:`ingest`); RuntimeError saying why when it refused
+    it."""
     if not isinstance(event, RequestAccepted):
-        refused = body.get("request_id")
-        raise RuntimeError(f"ingest refused request {refused!r}: {event.reason} ({event.detail})")
+        refused = event.source.offset
+        raise RuntimeError(f"ingest refused record {refused}: {event.reason} ({event.detail})")
     return event

@@ -39,7 +39,7 @@ from app.execution.outcome import CallResult, build_outcome, feedback
 from app.routing.driver import Driver
 from app.routing.params import RoutingParams
 from app.routing.policy import Policy
-from bench.ingested import ingested
+from bench.ingested import admitted, ingest
 
 ROUTE = "chat"
 #: Epoch seconds of the first request (2026-01-01T00:00:00Z); one request a second.
@@ -170,7 +170,7 @@ class Replay:
             "request_id": f"realdata-{number}",
             "messages": [{"role": "user", "content": prompt.text}],
         }
-        return ingested(body, number, _when(t), self.config)
+        return admitted(ingest(body, number, _when(t), self.config))
 
     def answer(self, dispatch: Dispatch, prompt: Prompt, t: float) -> tuple[str, list[Dispatch]]:
         """Answer one attempt as the executor would, with the data's cost: the model and

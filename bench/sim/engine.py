@@ -49,7 +49,7 @@ from app.execution.outcome import (
 )
 from app.routing.fold import at
 from app.routing.policy import Policy
-from bench.ingested import ingested
+from bench.ingested import admitted, ingest
 from bench.sim import policies
 from bench.sim.routers import Choice, Router
 from bench.sim.scenarios import ROUTE, prompt_for
@@ -173,7 +173,7 @@ class _Run:
             "metadata": {"domain": domain} if domain else {},
         }
         # What the ingest agent does with the record: the same pure function.
-        event = ingested(raw, index, at(ORIGIN + t), self.scenario.config)
+        event = admitted(ingest(raw, index, at(ORIGIN + t), self.scenario.config))
         request = _Request(index, seed, t, domain, event)
         self.by_id[event.request.request_id] = request
         choices = self.fold(event)

@@ -86,7 +86,7 @@ def bench_state(policy: Policy, open_attempts: int) -> RouteState:
 def bench_requests(policy: Policy, count: int) -> list[RequestAccepted]:
     from datetime import UTC, datetime
 
-    from bench.ingested import ingested
+    from bench.ingested import admitted, ingest
 
     prompts = (
         PROMPT,
@@ -103,7 +103,7 @@ def bench_requests(policy: Policy, count: int) -> list[RequestAccepted]:
             "max_tokens": MAX_TOKENS,
         }
         when = datetime.fromtimestamp(T0 + n * 0.001, tz=UTC)
-        events.append(ingested(body, 3_000 + n, when, policy.config, partition=n % 4))
+        events.append(admitted(ingest(body, 3_000 + n, when, policy.config, partition=n % 4)))
     return events
 
 
