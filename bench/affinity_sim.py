@@ -242,9 +242,9 @@ class World:
             self.schedule(self.clock + gap, "turn", talk)
 
     def _note_breakers(self, now: float) -> None:
-        state = self.driver.states.get("chat")
-        if state is None:
+        if "chat" not in self.driver.states:
             return
+        state = self.driver.route_state("chat")
         for deployment, arm in state.arms.items():
             if arm.breaker.state is BreakerPhase.OPEN and deployment not in self.open_at:
                 self.open_at[deployment] = now
