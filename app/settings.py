@@ -178,7 +178,8 @@ class Settings(BaseSettings):
     #: ... and the wait of a long-lived consumer (the worker's on Tansu, a follower's, the
     #: gateway's) once it has received no record for a second: fewer empty fetches while
     #: idle; the first record after a quiet spell waits up to this on its first hop
-    #: (app/compat/fetch_pacing.py).
+    #: (app/compat/fetch_pacing.py). The worker's idle wait on Apache Kafka is 500 ms
+    #: (app/worker/fetch_wait.py).
     fetch_idle_wait_ms: int = Field(default=20, ge=1, le=10_000)
     #: How long Switchyard's producers hold a record to batch it (aiokafka ``linger_ms``).
     #: Records batch anyway while the previous request to the broker is in flight; a

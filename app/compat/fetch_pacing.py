@@ -12,7 +12,7 @@ fetches bring records, and switches to ``Settings.fetch_idle_wait_ms`` once none
 has come for ``idle_after_s``: the first record after a quiet spell waits up to the
 idle wait on its first hop, and every hop after it is fast again.
 :func:`pace_fetches` installs a pacer on a started aiokafka consumer; the worker's
-Faust consumer gets one through :func:`app.compat.tansu.install`.
+Faust consumer gets one through :func:`app.worker.fetch_wait.install` (on every broker).
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ partway through its ``fetch_max_wait_ms`` (most often halfway) and at its end
 was answered at 203 ms, one landing at 12 or 213-303 ms at 403 ms; Apache Kafka
 answers as soon as a record lands). Every hop between agents
 therefore cost about a quarter of Faust's hard-coded 1,500 ms (p50 393 ms per
-hop). :func:`install` gives the worker's consumer the short wait every other
-consumer of Switchyard uses too, ``Settings.fetch_max_wait_ms``
-(:func:`fetch_max_wait_ms`), lengthened while it is idle
-(:mod:`app.compat.fetch_pacing`).
+hop). Every consumer of Switchyard waits ``Settings.fetch_max_wait_ms``
+(:func:`fetch_max_wait_ms`; the worker's: app/worker/fetch_wait.py). An idle consumer
+waits longer (:mod:`app.compat.fetch_pacing`), which on Tansu delays the first record
+after a quiet spell by part of that wait: :func:`idle_fetch_wait_ms` keeps it short.
 
 The other Tansu quirks are handled by design, not code: no transactions, so
 processing is at-least-once with idempotent state updates; no static
@@ -33,11 +33,10 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
-from app.compat.fetch_pacing import paced_on_start
 from app.kafka import standalone_consumer
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 
 TP = TypeVar("TP", bound=tuple[str, int])
 
@@ -45,6 +44,13 @@ TP = TypeVar("TP", bound=tuple[str, int])
 def fetch_max_wait_ms() -> int:
     """The fetch long-poll of Switchyard's consumers (``SWITCHYARD_FETCH_MAX_WAIT_MS``)."""
     return get_settings().fetch_max_wait_ms
+
+
+def idle_fetch_wait_ms(settings: Settings) -> int:
+    """An idle consumer's fetch wait on Tansu (``SWITCHYARD_FETCH_IDLE_WAIT_MS``): Tansu
+    holds a fetch past a record's landing, so a long wait would delay every first record
+    after a quiet spell."""
+    return settings.fetch_idle_wait_ms
 
 
 _installed = False
@@ -106,13 +112,4 @@ def install() -> None:
         return await true_end_offsets(servers, reported)
 
     thread_class._highwaters = _highwaters
-
-    create_consumer = thread_class._create_worker_consumer
-
-    def _create_worker_consumer(self: Any, transport: Any) -> AIOKafkaConsumer:
-        consumer: AIOKafkaConsumer = create_consumer(self, transport)
-        consumer._fetch_max_wait_ms = fetch_max_wait_ms()  # read by the fetcher at start()
-        return paced_on_start(consumer)
-
-    thread_class._create_worker_consumer = _create_worker_consumer
     _installed = True

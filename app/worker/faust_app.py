@@ -22,7 +22,7 @@ from app.kafka import faust_security
 from app.lifetime import exit_after
 from app.settings import Settings, get_settings
 from app.web_auth import faust_web_options
-from app.worker import fast_delivery, read_committed, seek_start
+from app.worker import fast_delivery, fetch_wait, read_committed, seek_start
 from app.worker.flow_control import LiveFlowControl
 from app.worker.quiet_monitor import QuietMonitor
 
@@ -35,6 +35,10 @@ def worker_app() -> SwitchyardApp:
 
 def build_app(settings: Settings) -> SwitchyardApp:
     seek_start.install()
+    fetch_wait.install(
+        settings.fetch_max_wait_ms,
+        tansu.idle_fetch_wait_ms(settings) if settings.tansu_compat else fetch_wait.IDLE_WAIT_MS,
+    )
     if settings.tansu_compat:
         tansu.install()
     if settings.fast_delivery:
