@@ -25,6 +25,14 @@ _GRADE = (
     "kafka_offset, request_id, deployment, context, source, score, weight, "
     "replaces_score, replaces_weight, feedback_id"
 )
+_ACCEPTED = (
+    "route, occurred_at, prompt_sha256, prompt_chars, request_topic, request_partition, "
+    "request_offset, kafka_partition, kafka_offset"
+)
+_RESPONSE = (
+    "status, attempts, deployment, error_type, error_message, error_code, "
+    "error_http_status, error_retry_after_s, occurred_at"
+)
 
 
 def _about(store: Store, request_id: str, table: str, columns: str) -> list[tuple[Any, ...]]:
@@ -35,6 +43,12 @@ def _about(store: Store, request_id: str, table: str, columns: str) -> list[tupl
         "ORDER BY kafka_partition, kafka_offset",
         [request_id],
     )
+
+
+def _first(store: Store, request_id: str, table: str, columns: str) -> tuple[Any, ...] | None:
+    """The first of :func:`_about`'s rows, if there is one."""
+    rows = _about(store, request_id, table, columns)
+    return rows[0] if rows else None
 
 
 def _iso(value: datetime) -> str:
@@ -141,14 +155,10 @@ def _outcomes(store: Store, request_id: str) -> dict[int, dict[str, Any]]:
 
 
 def _accepted(store: Store, request_id: str) -> dict[str, Any] | None:
-    columns = (
-        "route, occurred_at, prompt_sha256, prompt_chars, request_topic, request_partition, "
-        "request_offset, kafka_partition, kafka_offset"
-    )
-    rows = _about(store, request_id, "requests", columns)
-    if not rows:
+    row = _first(store, request_id, "requests", _ACCEPTED)
+    if row is None:
         return None
-    route, at, sha, chars, topic, partition, offset, log_partition, log_offset = rows[0]
+    route, at, sha, chars, topic, partition, offset, log_partition, log_offset = row
     return {
         "route": route,
         "occurred_at": _iso(at),
@@ -160,14 +170,10 @@ def _accepted(store: Store, request_id: str) -> dict[str, Any] | None:
 
 
 def _response(store: Store, request_id: str) -> dict[str, Any] | None:
-    columns = (
-        "status, attempts, deployment, error_type, error_message, error_code, "
-        "error_http_status, error_retry_after_s, occurred_at"
-    )
-    rows = _about(store, request_id, "responses", columns)
-    if not rows:
+    row = _first(store, request_id, "responses", _RESPONSE)
+    if row is None:
         return None
-    status, attempts, deployment, kind, message, code, http_status, retry_after, at = rows[0]
+    status, attempts, deployment, kind, message, code, http_status, retry_after, at = row
     error = (
         None
         if kind is None
