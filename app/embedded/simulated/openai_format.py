@@ -96,6 +96,10 @@ def server_error_response(message: str) -> web.Response:
     return web.json_response(body, status=503)
 
 
+def invalid_request_response(message: str) -> web.Response:
+    return web.json_response(error_body(message, "invalid_request_error"), status=400)
+
+
 def unknown_provider_response(provider_id: str) -> web.Response:
     body = error_body(
         f"no simulated provider {provider_id!r}", "invalid_request_error", "not_found"
@@ -111,3 +115,12 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     return body
+
+
+async def read_chat_request(request: web.Request) -> tuple[dict[str, Any], list[Any], int]:
+    """A chat completion request's body, messages and ``max_tokens`` (RequestError: not one)."""
+    body = await read_json_body(request)
+    messages, max_tokens = parse_messages(body), parse_max_tokens(body)
+    if body.get("stream") not in (None, False, True):
+        raise RequestError("stream must be a boolean")
+    return body, messages, max_tokens

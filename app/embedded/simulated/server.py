@@ -29,13 +29,12 @@ from app.embedded.simulated.models import (
     provider_rng,
 )
 from app.embedded.simulated.openai_format import (
-    CANNED_COMPLETION,
     RequestError,
     completion_body,
     error_body,
     estimate_prompt_tokens,
-    parse_max_tokens,
-    parse_messages,
+    invalid_request_response,
+    read_chat_request,
     read_json_body,
     server_error_response,
     unknown_provider_response,
@@ -223,12 +222,9 @@ class SimulatedProviders(AsyncStarted):
         if provider is None:
             return unknown_provider_response(request.match_info["provider"])
         try:
-            body = await read_json_body(request)
-            messages, max_tokens = parse_messages(body), parse_max_tokens(body)
-            if body.get("stream") not in (None, False, True):
-                raise RequestError("stream must be a boolean")
+            body, messages, max_tokens = await read_chat_request(request)
         except RequestError as exc:
-            return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+            return invalid_request_response(str(exc))
         if body.get("stream") is True:
             return await self._in_slot(
                 provider,
@@ -301,8 +297,8 @@ class SimulatedProviders(AsyncStarted):
     ) -> web.Response:
         completion = min(self.completion_tokens, max_tokens)
         finish = "length" if max_tokens < self.completion_tokens else "stop"
-        # A judge request gets a parsable score.
-        content = text or judge_reply(messages) or CANNED_COMPLETION.format(model=model)
+        # A judge request gets a parsable score; no text: the canned reply.
+        content = text or judge_reply(messages)
         prompt = estimate_prompt_tokens(messages)
         body = completion_body(
             model, prompt, completion, finish, content, min(cached_tokens, prompt)
@@ -323,7 +319,7 @@ class SimulatedProviders(AsyncStarted):
         try:
             asked = parse_embeddings(await read_json_body(request))
         except RequestError as exc:
-            return web.json_response(error_body(str(exc), "invalid_request_error"), status=400)
+            return invalid_request_response(str(exc))
         return await self._in_slot(provider, lambda: self._embed(provider, asked))
 
     async def _embed(self, provider: ProviderState, asked: EmbeddingsAsked) -> web.Response:
