@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from typing import TypeVar
 
 from aiokafka import TopicPartition
 from pydantic import ValidationError
@@ -28,6 +29,19 @@ from app.contract import Response, StreamDelta
 from app.kafka import standalone_consumer
 
 log = logging.getLogger(__name__)
+Record = TypeVar("Record", Response, StreamDelta)
+
+
+def _parsed(model: type[Record], value: bytes | None, what: str, topic: str) -> Record | None:
+    """``value`` read as ``model``; None, and a warning naming ``what`` and ``topic``, when
+    it is not one."""
+    try:
+        return model.model_validate_json(value or b"")
+    except ValidationError:
+        log.warning("unreadable %s on %s", what, topic)
+        return None
+
+
 #: Answers kept for lookups by id.
 RECENT_ANSWERS = 10_000
 #: What a streaming request's inbox receives.
@@ -132,19 +146,14 @@ class ReplyWaiter:
                     read(record.value)
 
     def _read_delta(self, value: bytes | None) -> None:
-        try:
-            delta = StreamDelta.model_validate_json(value or b"")
-        except ValidationError:
-            log.warning("unreadable delta on %s", self.deltas_topic)
+        delta = _parsed(StreamDelta, value, "delta", self.deltas_topic)
+        if delta is None:
             return
         inbox = self._streams.get(delta.request_id)
         if inbox is not None:
             inbox.put_nowait(delta)
 
     def _read(self, value: bytes | None) -> None:
-        try:
-            response = Response.model_validate_json(value or b"")
-        except ValidationError:
-            log.warning("unreadable reply on %s", self.topic)
-            return
-        self.deliver(response)
+        response = _parsed(Response, value, "reply", self.topic)
+        if response is not None:
+            self.deliver(response)
