@@ -342,7 +342,10 @@ def build_parser(benches: bool = True) -> argparse.ArgumentParser:
 
     from app.audit.commands import register
 
-    register(commands)  # replay, audit, export
+    register(commands)  # replay, audit
+    from app.analytics.export_command import register as register_export
+
+    register_export(commands)  # export (the recorded streams, or the analytics tables)
     from app.analytics.commands import register as register_analytics
 
     register_analytics(commands)  # analytics (the sink)

@@ -14,12 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.analytics.load import fold_log, log_records
+from app.analytics.parquet import write_parquet_export
 from app.analytics.schema import EVENT_TABLES, TABLES
 from app.analytics.store import SourceRecord, Store
 from app.analytics.trace import store_trace
 from app.analytics.views import VIEWS
 from app.audit.explain import build_trace
-from app.audit.export import write_export, write_parquet_export
+from app.audit.export import write_export
 from app.audit.log import RecordedLog
 from app.cli import main
 from app.contract import AttemptFinished, GradeApplied, RequestAccepted

@@ -1,4 +1,5 @@
-"""The ``replay``, ``audit`` and ``export`` subcommands (wired up in :mod:`app.cli`).
+"""The ``replay`` and ``audit`` subcommands (wired up in :mod:`app.cli`), and the log
+and policy options the ``export`` command shares (app/analytics/export_command.py).
 
 Exit codes: 0 done (replay: every decision reproduced), 1 replay found a
 discrepancy or audit found no such request, 2 the log or the policy could not
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from app.audit.log import STREAMS, Keep, RecordedLog, read_broker, read_export
-from app.config.schema import ConfigError
 from app.kafka import bootstrap_servers
 from app.policy.files import load_config
 from app.routing.params import RoutingParams, params_from_env
@@ -241,46 +241,8 @@ def audit_command(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- export
-
-
-def export_command(args: argparse.Namespace) -> int:
-    from app.audit.export import write_export, write_policy
-
-    if args.format == "parquet":
-        return _export_parquet(args)
-    log = load_log(args)
-    manifest = write_export(log, args.directory, get_settings().topics, redact=args.redact)
-    counts = ", ".join(f"{name} {n}" for name, n in manifest["counts"].items())
-    print(f"exported {log.source} to {args.directory}: {counts}")
-    try:
-        policy = load_policy(args.providers)
-    except ConfigError as exc:
-        print(f"policy.json not written ({exc}): replay it with --providers", file=sys.stderr)
-    else:
-        write_policy(policy, args.directory)
-        print(f"policy.json: config_hash {policy.config_hash}")
-    return 0
-
-
-def _export_parquet(args: argparse.Namespace) -> int:
-    """The analytics store's tables as Parquet (docs/analytics.md)."""
-    import duckdb
-
-    from app.audit.export import write_parquet_export
-
-    log = None if args.store is not None else load_log(args)
-    try:
-        counts = write_parquet_export(log, args.directory, get_settings().topics, args.store)
-    except duckdb.Error as exc:  # a store another process has open, a directory not writable
-        raise UsageError(f"cannot export the analytics tables: {exc}") from None
-    rows = ", ".join(f"{name} {n}" for name, n in counts.items())
-    print(f"exported the analytics tables to {args.directory} (Parquet): {rows}")
-    return 0
-
-
 def register(commands: Any) -> None:
-    """Add the three subcommands to ``switchyard``'s subparsers."""
+    """Add ``replay`` and ``audit`` to ``switchyard``'s subparsers."""
     replay = commands.add_parser(
         "replay",
         help="re-derive every recorded decision from the routing log (or compare another policy)",
@@ -317,7 +279,7 @@ def register(commands: Any) -> None:
         "1: in this process)",
     )
     replay.add_argument("--json", action="store_true", help="one JSON document instead of text")
-    replay.set_defaults(run=_guarded(replay_command))
+    replay.set_defaults(run=guarded(replay_command))
 
     audit = commands.add_parser("audit", help="explain one request's attempts")
     audit.add_argument("request_id")
@@ -327,28 +289,10 @@ def register(commands: Any) -> None:
         "--verify", action="store_true", help="also replay the log and mark each decision"
     )
     audit.add_argument("--json", action="store_true", help="the trace as JSON")
-    audit.set_defaults(run=_guarded(audit_command))
-
-    export = commands.add_parser("export", help="write the recorded streams as JSON Lines")
-    export.add_argument("directory", type=Path)
-    add_source_arguments(export)
-    add_policy_arguments(export)
-    export.add_argument(
-        "--redact", action="store_true", help="blank prompt and completion text in the export"
-    )
-    export.add_argument(
-        "--format",
-        choices=("jsonl", "parquet"),
-        default="jsonl",
-        help="jsonl: the recorded streams; parquet: the analytics store's tables",
-    )
-    export.add_argument(
-        "--store", type=Path, metavar="DB", help="parquet: read this analytics store file"
-    )
-    export.set_defaults(run=_guarded(export_command))
+    audit.set_defaults(run=guarded(audit_command))
 
 
-def _guarded(command: Any) -> Any:
+def guarded(command: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(command(args))

@@ -124,23 +124,3 @@ def read_policy(directory: Path, overrides: dict[str, str] | None = None) -> Pol
     config = RoutingConfig.model_validate(view["config"])
     params = RoutingParams(**{**view["params"], **(overrides or {})})
     return Policy(config=config, params=params)
-
-
-def write_parquet_export(
-    log: RecordedLog | None, directory: Path, topics: Topics, store_path: Path | None = None
-) -> dict[str, int]:
-    """``--format parquet``: the analytics store's tables (app/analytics/), one
-    ``TABLE.parquet`` each, from ``store_path`` (a store file the sink filled) or folded
-    from ``log`` into a store in memory, exactly as the sink folds the topics. Never
-    prompt or completion text: the store holds none. Returns the row counts."""
-    from app.analytics.load import fold_log
-    from app.analytics.store import Store
-
-    store = Store(store_path, read_only=True) if store_path is not None else Store()
-    try:
-        if store_path is None:
-            assert log is not None
-            fold_log(store, log, topics)
-        return store.export_parquet(directory)
-    finally:
-        store.close()
