@@ -36,3 +36,28 @@ def test_no_app_module_builds_the_faust_app() -> None:
     )
     assert "app.cli" in loaded and "app.routing.fold" in loaded
     assert not {m for m in loaded if m.split(".")[0] in {"agents", "tables"}}
+
+
+def _app_imports(package: str) -> set[str]:
+    """Every ``app.…`` module the package's files import, at the top or inside a function."""
+    import ast
+    from pathlib import Path
+
+    found: set[str] = set()
+    for path in (Path(__file__).parent.parent / "app" / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("app.")}
+
+
+def test_the_audit_imports_nothing_listed_above_it() -> None:
+    """Replay, audit and the log export read the recorded topics; the analytics store,
+    the console, the gateway and the embedded stack stand above them (README, Layout):
+    ``switchyard export --format parquet`` lives with analytics for that reason."""
+    above = {"app.analytics", "app.console", "app.gateway", "app.embedded", "app.cli"}
+    imported = _app_imports("audit")
+    assert not {m for m in imported for a in above if m == a or m.startswith(f"{a}.")}
+    assert "app.audit.log" in imported  # the check reads the package
