@@ -5,7 +5,8 @@
   benches. If that process is killed (a CI timeout, Ctrl-C twice, a SIGKILL) before it
   could stop them, Linux kills them too: ``PR_SET_PDEATHSIG``.
 * Children stopped for sure (``stop_process``, :class:`ChildProcess`): SIGTERM, SIGKILL
-  past a timeout, a paused (SIGSTOPped) one continued first.
+  past a timeout, a paused (SIGSTOPped) one continued first; a child server waited for
+  until it listens (``wait_listening``).
 * A hard deadline on stopping (``exit_after``): a worker told to stop exits within
   ``SWITCHYARD_SHUTDOWN_TIMEOUT_S`` even when its broker no longer answers.
 """
@@ -18,9 +19,11 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Self
 
 #: linux/prctl.h
@@ -80,6 +83,29 @@ def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 20.
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def wait_listening(
+    process: subprocess.Popen[bytes],
+    host: str,
+    port: int,
+    timeout_s: float,
+    *,
+    name: str,
+    poll_s: float = 0.05,
+) -> None:
+    """Return once ``process`` accepts TCP connections on ``host:port``. RuntimeError when
+    it exits first, TimeoutError past ``timeout_s`` (left running); ``name`` says which."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {process.returncode}")
+        try:
+            socket.create_connection((host, port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(poll_s)
+    raise TimeoutError(f"{name} did not listen on {host}:{port} within {timeout_s:g}s")
 
 
 class ChildProcess(Started):

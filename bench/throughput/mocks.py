@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from app.embedded.broker import free_port
 from app.embedded.child_env import child_env
-from app.lifetime import die_with_parent, stop_process
+from app.lifetime import die_with_parent, stop_process, wait_listening
 from bench.gateway_mock import completion_body
 from bench.throughput.workload import MOCK_MODEL
 
@@ -42,12 +41,6 @@ def serve_light(port: int, latency_ms: float) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, backlog=2048)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class MockServer:
     """One mock in its own process on 127.0.0.1."""
 
@@ -56,7 +49,7 @@ class MockServer:
             raise ValueError(f"unknown mock {kind!r}; expected one of {', '.join(MOCK_KINDS)}")
         self.kind = kind
         self.latency_ms = latency_ms
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = log_dir / f"throughput-mock-{kind}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -104,17 +97,13 @@ class MockServer:
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"mock {self.kind} exited; see {self.log_path}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise TimeoutError(f"mock {self.kind} did not listen within {timeout_s:g}s")
+        name = f"mock {self.kind} (log: {self.log_path})"
+        try:
+            wait_listening(self.process, "127.0.0.1", self.port, timeout_s, name=name)
+        except TimeoutError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         stop_process(self.process, 5)
