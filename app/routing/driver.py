@@ -249,13 +249,13 @@ class Driver:
         before = self.state(key)
         if isinstance(before, BudgetState):
             return self._fold_ledger(key, before, event, position)
-        route, policy, memory, step = self._handle(key, before, event, position, raw)
+        policy, memory, step = self._handle(key, before, event, position, raw)
         while (want := wanted(step.state)) is not None:
             found = memory.find(want)
             if found is None:
                 found = yield want
             step = self._take(memory, step, want, found, policy)
-        return self._end(route, memory, step)
+        return self._end(key, memory, step)
 
     def fold(
         self,
@@ -270,15 +270,15 @@ class Driver:
         before = self.state(key)
         if isinstance(before, BudgetState):
             return self._fold_ledger(key, before, event, position)
-        route, policy, memory, step = self._handle(key, before, event, position, None)
+        policy, memory, step = self._handle(key, before, event, position, None)
         while (want := wanted(step.state)) is not None:
             found = memory.find(want)
             if found is None:
-                found = find_in_log(log or {}, route, want)
+                found = find_in_log(log or {}, key, want)
                 if found is None:
-                    raise NotInMemory(f"{route}: {want} is not in memory or the log")
+                    raise NotInMemory(f"{key}: {want} is not in memory or the log")
             step = self._take(memory, step, want, found, policy)
-        return self._end(route, memory, step)
+        return self._end(key, memory, step)
 
     def _fold_ledger(
         self, key: str, before: BudgetState, event: RoutingLogEvent, position: int
@@ -294,12 +294,12 @@ class Driver:
         event: RoutingLogEvent,
         position: int,
         raw: bytes | None,
-    ) -> tuple[str, Policy, Recall, Step]:
+    ) -> tuple[Policy, Recall, Step]:
         policy = self.policy_for(before, event)
         step = handle(before, event, position, policy)
         memory = self.recall(route)
         self._remember(memory, before, step.state, event, position, raw)
-        return route, policy, memory, step
+        return policy, memory, step
 
     @staticmethod
     def _take(memory: Recall, step: Step, want: Want, found: Recalled, policy: Policy) -> Step:
