@@ -18,14 +18,14 @@ functions of their arguments: a worker's cold cache gives the same numbers.
 
 Each record parsed once, by the process that needs it. The parent reads the log as
 texts (:mod:`app.audit.log_texts`) and parses none of the common records: it reads each
-routing-log record's key from its text (:func:`guess_key`: where the router's JSON puts
-it) and parses only the records it needs itself (policy changes, for the book; grades,
-for their check) and those whose text it cannot read a key from. It packs the keys into
-``jobs`` chunks of about equal numbers of records (largest first, each to the least
-loaded chunk); each chunk is one task: the records' places (an export's byte ranges,
-which the worker reads itself, or their texts), with each record's index in the log,
-partition and offset. Each worker gets the parent's policy book (its policies rebuilt
-from their fields, without cached values) and the replay policy; each
+routing-log record's key from its text (:func:`~app.audit.record_keys.guess_key`: where
+the router's JSON puts it) and parses only the records it needs itself (policy changes,
+for the book; grades, for their check) and those whose text it cannot read a key from.
+It packs the keys into ``jobs`` chunks of about equal numbers of records (largest first,
+each to the least loaded chunk); each chunk is one task: the records' places (an
+export's byte ranges, which the worker reads itself, or their texts), with each record's
+index in the log, partition and offset. Each worker gets the parent's policy book (its
+policies rebuilt from their fields, without cached values) and the replay policy; each
 ``policy.changed`` is folded by its own route's chunk only.
 
 The comparison in the workers (:mod:`app.audit.replay_worker`). A worker parses and
@@ -53,7 +53,6 @@ context manager: leaving it stops every worker it started.
 
 from __future__ import annotations
 
-import json
 import mmap
 import multiprocessing
 import operator
@@ -76,10 +75,9 @@ from app.audit.grades import GradeCheck, check_grade_events
 from app.audit.log import STREAMS, Entry, RecordedLog
 from app.audit.log_texts import ExportTexts, LogTexts, UnreadableLog, has_carriage_return
 from app.audit.mismatch import KIND_ORDER, Mismatch, mismatch, pending
+from app.audit.record_keys import ROUTING_RECORD, guess_key, key_of, plain, text_id
 from app.audit.replay_report import ReplayReport
 from app.audit.replay_worker import (
-    ROUTING_RECORD,
-    UNROUTABLE,
     Chunk,
     Compared,
     Folded,
@@ -87,8 +85,6 @@ from app.audit.replay_worker import (
     Rank,
     Records,
     Stream,
-    key_of,
-    text_id,
 )
 from app.contract import (
     AttemptFinished,
@@ -98,7 +94,6 @@ from app.contract import (
     RequestAccepted,
     Response,
 )
-from app.contract.budget import ledger_key
 from app.routing.book import PolicyBook
 from app.routing.keys import KeyState
 from app.routing.policy import Policy
@@ -135,76 +130,6 @@ class RoutingScan:
 
     def groups(self) -> int:
         return len({key for key in self.keys if key is not None})
-
-
-_TYPE = b'","type":"'
-
-
-def guess_key(data: bytes, start: int, stop: int) -> str | None:
-    """The routing-log key of the event whose text is ``data[start:stop]``, read where the
-    router's JSON (``model_dump_json``: fields in their declared order) puts it; None
-    when the text is laid out otherwise or is of another kind (it is then parsed).
-
-    A string value cannot hold ``","`` unescaped, so what is found is a field of the
-    event, not text inside one: the first ``type`` (after the envelope's flat fields),
-    an attempt's first ``route`` (its outcome's, after flat fields), a request's last
-    ``route`` before its last ``prompt_sha256`` (the fields after them hold no such
-    pair). The worker that parses the record checks the key all the same."""
-    at = data.find(_TYPE, start, min(stop, start + 200))
-    if at < 0:
-        return None
-    at += len(_TYPE)
-    if data.startswith(b'attempt.finished","outcome":{', at):
-        found = data.find(b',"route":"', at, stop)
-        return None if found < 0 else _string(data, found + 10, stop)
-    if data.startswith(b'request.accepted",', at):
-        sha = data.rfind(b'","prompt_sha256":"', at, stop)
-        found = data.rfind(b',"route":"', at, sha) if sha >= 0 else -1
-        return None if found < 0 else _plain(data[found + 10 : sha])
-    if data.startswith(b'route.tick","route":"', at):
-        return _string(data, at + 21, stop)
-    if data.startswith(b'budget.verdict","route":"', at):
-        return _string(data, at + 25, stop)
-    if data.startswith(b'budget.settle","scope":"', at):
-        scope = _string(data, at + 24, stop)
-        return None if scope is None else ledger_key(scope)
-    if data.startswith(b'budget.ask","route":"', at):
-        return _ask_key(data, at, stop)
-    return None
-
-
-def _ask_key(data: bytes, at: int, stop: int) -> str | None:
-    """A budget ask's ledger: ``scopes[index]``."""
-    scopes_at = data.find(b',"scopes":[', at, stop)
-    index_at = data.find(b'],"index":', scopes_at, stop) if scopes_at >= 0 else -1
-    if index_at < 0:
-        return None
-    digits_end = index_at + 10
-    while digits_end < stop and data[digits_end : digits_end + 1].isdigit():
-        digits_end += 1
-    try:
-        scopes = json.loads(data[scopes_at + 10 : index_at + 1])
-        index = int(data[index_at + 10 : digits_end])
-    except ValueError:
-        return None
-    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
-        return None
-    return ledger_key(scopes[index]) if index < len(scopes) else UNROUTABLE
-
-
-def _string(data: bytes, start: int, stop: int) -> str | None:
-    end = data.find(b'"', start, stop)
-    return None if end < 0 else _plain(data[start:end])
-
-
-def _plain(value: bytes) -> str | None:
-    """A JSON string's text when it holds no escape (else None: parse the record)."""
-    if b"\\" in value or b'"' in value:
-        return None
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def _keyed(scan: RoutingScan, text: bytes, key: str | None) -> str | None:
@@ -309,7 +234,7 @@ def _scan_export(data: mmap.mmap, path: str) -> RoutingScan | None:
             route = data[found + 10 : sha] if found >= 0 else None
         key: str | None = None
         if route is not None:
-            key = named[route] if route in named else named.setdefault(route, _plain(route))
+            key = named[route] if route in named else named.setdefault(route, plain(route))
         if key is None:
             text = data[start:stop]
             if text == b"null":  # unreadable when it was exported

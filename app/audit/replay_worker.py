@@ -35,21 +35,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from app.audit.gc_pause import no_cycle_collection
 from app.audit.mismatch import Mismatch, differences, mismatch
+from app.audit.record_keys import ID_PREFIX, ROUTING_RECORD, is_utf8, key_of, text_id
 from app.contract import (
     AttemptFinished,
     Decision,
     GradeApplied,
     PolicyChanged,
-    RequestAccepted,
     Response,
-    RoutingEvent,
-    RoutingLogEvent,
     StatusClass,
-    route_of,
 )
 from app.routing.answers import answers, success_response
 from app.routing.book import PolicyBook
@@ -58,15 +55,8 @@ from app.routing.keys import KeyState
 from app.routing.policy import Policy
 from app.routing.propensity import forget_propensities
 
-#: A routing-log record's text to its event, as app.audit.log parses it.
-ROUTING_RECORD: TypeAdapter[RoutingEvent] = TypeAdapter(RoutingLogEvent)
-#: The key of records that name none (a budget ask whose index is past its scopes):
-#: folding one raises before it touches any state, and is reported as an error.
-UNROUTABLE = "\x00unroutable"
 #: Events the parent parses itself (the policy book, the grades' check).
 SPECIAL = (PolicyChanged, GradeApplied)
-#: How a published record's text starts: its id comes first.
-ID_PREFIX = b'{"id":"'
 
 R = TypeVar("R", Decision, Response)
 #: (partition, offset) of a routing-log event.
@@ -77,19 +67,6 @@ Origin = tuple[int, int]
 Rank = tuple[int, ...]
 #: (index of the first event, route, deployment, context) of a request's final success.
 Answer = tuple[int, str, str, str | None]
-
-
-def key_of(event: RoutingEvent) -> str:
-    """The event's routing-log key, :func:`~app.contract.route_of`; the common two without
-    a call, :data:`UNROUTABLE` for one that names none."""
-    if type(event) is RequestAccepted:
-        return event.route
-    if type(event) is AttemptFinished:
-        return event.outcome.route
-    try:
-        return route_of(event)
-    except Exception:  # its fold raises the same
-        return UNROUTABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +262,7 @@ def _fold(task: FoldTask) -> tuple[Folded, list[_Made[Decision]], list[_Made[Res
     for index, partition, offset, text in zip(
         chunk.indices, chunk.partitions, chunk.offsets, chunk.records.load(), strict=True
     ):
-        if not text.isascii() and not _utf8(text):
+        if not text.isascii() and not is_utf8(text):
             out.not_utf8 = f"routing record at partition {partition} offset {offset}"
             continue
         try:
@@ -336,25 +313,6 @@ def _answer(found: dict[str, Answer], event: AttemptFinished, index: int) -> Non
     if outcome.final and outcome.status_class is StatusClass.SUCCESS:
         context = getattr(outcome, "context", None)
         found.setdefault(outcome.request_id, (index, outcome.route, outcome.deployment, context))
-
-
-def _utf8(text: bytes) -> bool:
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def text_id(text: bytes) -> bytes | None:
-    """The id a published record's text starts with; None for a text laid out otherwise."""
-    if not text.startswith(ID_PREFIX):
-        return None
-    end = text.find(b'"', 7)
-    if end < 0:
-        return None
-    found = text[7:end]
-    return None if b"\\" in found else found
 
 
 def compare(
@@ -441,7 +399,7 @@ def _take(
             if record_id is None:
                 continue
         taken[position] = 1
-        if not text.isascii() and not _utf8(text):
+        if not text.isascii() and not is_utf8(text):
             result.not_utf8 = f"{model.__name__.lower()} at position {position}"
         found.setdefault(record_id, []).append((position, text, event))
     result.taken = bytes(taken)
