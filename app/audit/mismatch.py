@@ -1,7 +1,7 @@
 """A replay's mismatch between a recorded decision or response and the re-derived one.
 
 Apart from :mod:`app.audit.replay_report` because the worker processes of a parallel
-replay make them too (:mod:`app.audit.replay_worker`), and import nothing of the log
+replay make them too (:mod:`app.audit.replay_compare`), and import nothing of the log
 readers or the report.
 """
 
@@ -88,15 +88,27 @@ def differences(original: Decision | Response, again: Decision | Response) -> li
 
 
 def mismatch(
-    kind: MismatchKind, record: Decision | Response, differences: list[str] | None = None
+    kind: MismatchKind,
+    record: Decision | Response,
+    differences: list[str] | None = None,
+    origin: tuple[int, int] | None = None,
 ) -> Mismatch:
+    """``record``'s mismatch; ``origin``: where it was re-derived (None: not re-derived)."""
     if isinstance(record, Decision):
-        return Mismatch(
-            kind, "decision", record.id, record.request_id, record.attempt, differences or []
-        )
+        name, attempt = "decision", record.attempt
+    else:
+        name, attempt = "response", record.attempts
     return Mismatch(
-        kind, "response", record.id, record.request_id, record.attempts, differences or []
+        kind, name, record.id, record.request_id, attempt, differences or [], origin=origin
     )
+
+
+def advance(progress: dict[int, int], origin: tuple[int, int]) -> None:
+    """``progress`` (routing partition -> offset of the last event whose output is in the
+    record) past ``origin``, the (partition, offset) of an event whose output is."""
+    partition, offset = origin
+    if offset > progress.get(partition, -1):
+        progress[partition] = offset
 
 
 def pending(found: Mismatch, progress: dict[int, int]) -> Mismatch:

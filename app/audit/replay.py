@@ -20,35 +20,33 @@ successful answer, as the same record), so every response on
 is compared but never printed). Every ``GradeApplied`` is also checked against the
 feedback and the answer it was derived from (:mod:`app.audit.grades`).
 
-Routes are independent in the fold, so ``replay(..., jobs=N)`` folds and compares them in
-N worker processes (:mod:`app.audit.replay_parallel`, which states why), each record
-parsed once, by the worker that needs it: the report is the one the serial replay gives.
+The fold itself is :class:`app.audit.replay_fold.Refold`, the loop a parallel replay's
+workers run too. Routes are independent in the fold, so ``replay(..., jobs=N)`` folds and
+compares them in N worker processes (:mod:`app.audit.replay_parallel`, which states why),
+each record parsed once, by the worker that needs it: the report is the one the serial
+replay gives.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from app.audit.gc_pause import no_cycle_collection
 from app.audit.grades import check_grades
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
 from app.audit.log_texts import ExportTexts, LogTexts
-from app.audit.mismatch import KIND_ORDER, Mismatch, diff, differences, mismatch, pending
-from app.audit.replay_parallel import FoldPool, replay_parallel, versions
+from app.audit.mismatch import KIND_ORDER, Mismatch, advance, diff, differences, mismatch, pending
+from app.audit.replay_fold import FoldCounts, Origin, Refold, States, policy_book, versions_of
+from app.audit.replay_parallel import FoldPool, replay_parallel
 from app.audit.replay_report import ReplayReport, render
-from app.contract import AttemptFinished, Decision, PolicyChanged, Response
-from app.routing.answers import answers, success_response
-from app.routing.book import PolicyBook
+from app.contract import Decision, Response
 from app.routing.driver import Driver
-from app.routing.keys import KeyState
 from app.routing.policy import Policy
 
 R = TypeVar("R", Decision, Response)
-#: (partition, offset) of a routing-log event.
-Origin = tuple[int, int]
 __all__ = [
     "FoldPool",
     "Mismatch",
@@ -62,18 +60,16 @@ __all__ = [
 
 
 @dataclass
-class Rederived:
+class Rederived(FoldCounts):
+    """The whole routing log folded again: its counts, and what the fold made."""
+
     decisions: list[Decision] = field(default_factory=list)
     #: Responses: every one the fold derives (errors the router publishes, successful
     #: answers the executor publishes as the same record).
     responses: list[Response] = field(default_factory=list)
-    states: dict[str, KeyState] = field(default_factory=dict)
+    states: States = field(default_factory=dict)
     #: The policy versions the log carried, with their config hashes.
     policy_versions: dict[int, str] = field(default_factory=dict)
-    events: int = 0
-    applied: int = 0
-    skipped: int = 0
-    unreadable: int = 0
     #: Records whose fold raised (the live router dead-letters them and goes on).
     errors: list[str] = field(default_factory=list)
     #: (partition, offset) of the event that made each decision and each response, in
@@ -93,60 +89,20 @@ def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederiv
     with the policy version in force at each position, as the live router did."""
     result = Rederived()
     entries = list(entries)
-    book = policy_book(entries)
-    result.policy_versions = versions(book)
-    driver = Driver(lambda: policy, states=result.states, book=book)
-    for entry in entries:
-        event = entry.event
-        if event is None:
+    book = policy_book(entry.event for entry in entries)
+    result.policy_versions = versions_of(book)
+    refold = Refold(Driver(lambda: policy, states=result.states, book=book), result)
+    for index, entry in enumerate(entries):
+        if entry.event is None:
             result.unreadable += 1
-            continue
-        result.events += 1
-        try:
-            step = driver.fold(event, entry.offset)
-        except Exception as exc:  # the router dead-letters these and keeps the row
-            result.errors.append(f"partition {entry.partition} offset {entry.offset}: {exc!r}")
-            continue
-        where = (entry.partition, entry.offset)
-        if not step.applied:
-            result.skipped += 1
-            _executor_copy(result, event, where)
-            continue
-        result.applied += 1
-        for dispatch in step.dispatches:
-            result.decisions.append(dispatch.decision)
-            result.decision_origins.append(where)
-        for decision in step.decisions:  # answered from the response cache
-            result.decisions.append(decision)
-            result.decision_origins.append(where)
-        for response in step.responses:
-            result.responses.append(response)
-            result.response_origins.append(where)
+        else:
+            refold.fold(entry.event, index, entry.partition, entry.offset)
+    result.errors = [message for _, message in refold.errors]
+    result.decisions = [made.record for made in refold.decisions]
+    result.decision_origins = [made.origin for made in refold.decisions]
+    result.responses = [made.record for made in refold.responses]
+    result.response_origins = [made.origin for made in refold.responses]
     return result
-
-
-def policy_book(entries: Iterable[Entry[RoutingEvent]]) -> PolicyBook:
-    """Every policy version the routing log carries (before folding: a route that has
-    folded none yet uses the first)."""
-    book = PolicyBook()
-    for entry in entries:
-        if isinstance(entry.event, PolicyChanged):
-            book.add(entry.event.version, entry.event.document, entry.event.hash)
-    return book
-
-
-def _executor_copy(result: Rederived, event: RoutingEvent, where: tuple[int, int]) -> None:
-    """The answer an executor published for an attempt the fold did not apply.
-
-    An attempt executed twice (its worker died after the call, or a rebalance handed
-    the dispatch over) reports twice; the fold applies the first report only, but each
-    executor published its successful answer at once (same response id: a duplicate
-    delivery). The log holds both reports, so replay derives both copies exactly.
-    """
-    if isinstance(event, AttemptFinished) and event.answered and answers(event):
-        copy = success_response(event)
-        result.responses.append(copy)
-        result.response_origins.append(where)
 
 
 def replay(
@@ -256,14 +212,12 @@ def _pair(
             mismatches.extend(mismatch("not_rederived", r) for r in copies)
             continue
         for original, (again, origin) in zip(copies, derived, strict=False):
-            partition, offset = origin
-            if offset > progress.get(partition, -1):
-                progress[partition] = offset
+            advance(progress, origin)
             found = differences(original, again)
             if found is None:
                 reproduced += 1
             else:
-                mismatches.append(replace(mismatch("differs", again, found), origin=origin))
+                mismatches.append(mismatch("differs", again, found, origin))
         if len(copies) > len(derived):
             mismatches.extend(mismatch("not_rederived", r) for r in copies[len(derived) :])
         elif len(derived) > len(copies):
@@ -275,4 +229,4 @@ def _pair(
 
 
 def _unrecorded(record: Decision | Response, origin: Origin) -> Mismatch:
-    return replace(mismatch("not_recorded", record), origin=origin)
+    return mismatch("not_recorded", record, origin=origin)

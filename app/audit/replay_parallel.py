@@ -28,15 +28,16 @@ index in the log, partition and offset. Each worker gets the parent's policy boo
 policies rebuilt from their fields, without cached values) and the replay policy; each
 ``policy.changed`` is folded by its own route's chunk only.
 
-The comparison in the workers (:mod:`app.audit.replay_worker`). A worker parses and
-folds its records, then reads every recorded decision and response and compares those
-whose id it re-derived, as the one-process replay compares them. It sends back counts,
-the mismatches, the final states and which recorded records it took: no record. What
-no worker took (recorded but re-derived nowhere, or unreadable) the parent parses: the
-recorded-but-not-re-derived mismatches. Each mismatch comes with its rank among those of
-its kind and origin in the one-process replay's order (its id's first recorded copy, or
-the event that first re-derived it), so sorting them all gives that order; states go in
-the order the serial fold first stored them, fold errors and grades in log order.
+The comparison in the workers (:mod:`app.audit.replay_worker`,
+:mod:`app.audit.replay_compare`). A worker parses and folds its records, then reads
+every recorded decision and response and compares those whose id it re-derived, as the
+one-process replay compares them. It sends back counts, the mismatches, the final states
+and which recorded records it took: no record. What no worker took (recorded but
+re-derived nowhere, or unreadable) the parent parses: the recorded-but-not-re-derived
+mismatches. Each mismatch comes with its rank among those of its kind and origin in the
+one-process replay's order (its id's first recorded copy, or the event that first
+re-derived it), so sorting them all gives that order; states go in the order the serial
+fold first stored them, fold errors and grades in log order.
 
 Checked, not assumed. A key read from a text is checked by the worker that parses it
 (every record's key must be one of its chunk's), and so is every recorded id read from
@@ -74,18 +75,11 @@ from app.audit import replay_worker
 from app.audit.grades import GradeCheck, check_grade_events
 from app.audit.log import STREAMS, Entry, RecordedLog
 from app.audit.log_texts import ExportTexts, LogTexts, UnreadableLog, has_carriage_return
-from app.audit.mismatch import KIND_ORDER, Mismatch, mismatch, pending
+from app.audit.mismatch import KIND_ORDER, advance, mismatch, pending
 from app.audit.record_keys import ROUTING_RECORD, guess_key, key_of, plain, text_id
+from app.audit.replay_fold import policy_book, versions_of
 from app.audit.replay_report import ReplayReport
-from app.audit.replay_worker import (
-    Chunk,
-    Compared,
-    Folded,
-    FoldTask,
-    Rank,
-    Records,
-    Stream,
-)
+from app.audit.replay_tasks import Chunk, Compared, Folded, FoldTask, Records, Stream, Tally
 from app.contract import (
     AttemptFinished,
     Decision,
@@ -327,11 +321,6 @@ def bare_book(book: PolicyBook) -> PolicyBook:
     )
 
 
-def versions(book: PolicyBook) -> dict[int, str]:
-    """The book's versions with their policies' config hashes, in version order."""
-    return {v: p.config_hash for v, p in sorted(book.versions.items())}
-
-
 # --------------------------------------------------------------------------- the pool
 
 
@@ -557,10 +546,7 @@ def _run(
     source: _Source, policy: Policy, allow_pending: bool, pool: FoldPool, started: float
 ) -> ReplayReport | None:
     scan = source.scan
-    book = PolicyBook()
-    for _, event in scan.special:
-        if isinstance(event, PolicyChanged):
-            book.add(event.version, event.document, event.hash)
+    book = policy_book(event for _, event in scan.special)
     grades = [event for _, event in scan.special if isinstance(event, GradeApplied)]
     made = chunks(scan, plan(scan.keys, pool.jobs))
     worker_policy, worker_book = bare(policy), bare_book(book)
@@ -611,10 +597,11 @@ def _report(
         return None
     progress: dict[int, int] = {}
     for part in folded:
-        for partition, offset in part.progress.items():
-            if offset > progress.get(partition, -1):
-                progress[partition] = offset
-    ranked = [(rank, pending(m, progress)) for rank, m in [*decisions.ranked, *responses.ranked]]
+        for origin in part.progress.items():
+            advance(progress, origin)
+    ranked = [
+        (rank, pending(m, progress)) for rank, m in [*decisions.mismatches, *responses.mismatches]
+    ]
     ranked.sort(
         key=lambda item: (
             item[1].record,
@@ -638,7 +625,7 @@ def _report(
     return ReplayReport(
         source=source.source,
         replay_config_hash=policy.config_hash,
-        recorded_config_hashes=decisions.config_hashes(),
+        recorded_config_hashes=decisions.hash_counts(),
         recorded=decisions.recorded,
         rederived=decisions.made,
         reproduced=decisions.reproduced,
@@ -655,7 +642,7 @@ def _report(
         allow_pending=allow_pending,
         grades=_grades(grades, folded, source.feedback),
         states=states,
-        policy_versions=versions(book),
+        policy_versions=versions_of(book),
     )
 
 
@@ -676,45 +663,16 @@ def _grades(
     )
 
 
-@dataclass
-class _Stream:
-    """One recorded stream's figures, the workers' and the parent's together."""
-
-    made: int = 0
-    recorded: int = 0
-    reproduced: int = 0
-    unreadable: int = 0
-    ranked: list[tuple[Rank, Mismatch]] = field(default_factory=list)
-    hashes: dict[str, tuple[tuple[int, int], int]] = field(default_factory=dict)
-
-    def config_hashes(self) -> dict[str, int]:
-        """Each config hash's distinct decisions, in the order the serial replay counts."""
-        ordered = sorted(self.hashes.items(), key=lambda item: item[1][0])
-        return {config_hash: count for config_hash, (_, count) in ordered}
-
-    def count(self, config_hash: str, rank: tuple[int, int], copies: int = 1) -> None:
-        seen = self.hashes.get(config_hash)
-        self.hashes[config_hash] = (
-            (rank, copies) if seen is None else (min(seen[0], rank), seen[1] + copies)
-        )
-
-
 def _recorded(
     parts: list[Compared], texts: Callable[[], Sequence[bytes]], model: type[R]
-) -> _Stream | None:
+) -> Tally | None:
     """The workers' comparisons of one stream, and the records none of them took (None:
     an id re-derived by two workers)."""
-    stream = _Stream()
+    stream = Tally()
     unrecorded: set[str] = set()
     taken = 0
     for part in parts:
-        stream.made += part.made
-        stream.recorded += part.recorded
-        stream.reproduced += part.reproduced
-        stream.unreadable += part.unreadable
-        stream.ranked.extend(part.mismatches)
-        for config_hash, (rank, copies) in part.config_hashes.items():
-            stream.count(config_hash, rank, copies)
+        stream.add(part)
         if unrecorded.intersection(part.unrecorded):
             return None
         unrecorded.update(part.unrecorded)
@@ -736,7 +694,7 @@ def _recorded(
     return stream
 
 
-def _orphans(stream: _Stream, positions: list[int], texts: Sequence[bytes], model: type[R]) -> bool:
+def _orphans(stream: Tally, positions: list[int], texts: Sequence[bytes], model: type[R]) -> bool:
     """Records no worker took: parsed here (recorded, never re-derived). False: one of
     them is not the record its text's start says."""
     by_id: dict[str, list[tuple[int, R]]] = {}
@@ -762,7 +720,7 @@ def _orphans(stream: _Stream, positions: list[int], texts: Sequence[bytes], mode
         first = copies[0][0]
         stream.recorded += len(copies)
         for n, (_, event) in enumerate(copies):
-            stream.ranked.append(((0, first, n), mismatch("not_rederived", event)))
+            stream.mismatches.append(((0, first, n), mismatch("not_rederived", event)))
             if isinstance(event, Decision):
-                stream.count(event.config_hash, (first, n))
+                stream.count_hash(event.config_hash, (first, n))
     return True
