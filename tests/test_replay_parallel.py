@@ -29,7 +29,8 @@ from app.audit.log import Entry, RecordedLog, parse, read_export
 from app.audit.log_texts import LogTexts, read_export_texts, texts_of
 from app.audit.record_keys import guess_key
 from app.audit.replay import FoldPool, ReplayReport, rederive, render, replay
-from app.audit.replay_parallel import plan, scan_entries, scan_export
+from app.audit.replay_parallel import plan
+from app.audit.routing_scan import scan_entries, scan_export
 from app.cli import main
 from app.contract import (
     AttemptFinished,
