@@ -21,8 +21,8 @@ def export(key: str, step: KeyStep) -> None:
         _export_budget(key, state)
         return
     _export_breakers(state)
-    metrics.ROUTE_WAITING.labels(route=key, kind="line").set(state.line.waiting)
-    metrics.ROUTE_WAITING.labels(route=key, kind="parked").set(len(state.parked))
+    metrics.ROUTE_WAITING.labels(route=key, kind="line").set(state.parking.line.waiting)
+    metrics.ROUTE_WAITING.labels(route=key, kind="parked").set(len(state.parking.parked))
 
 
 def _export_budget(key: str, state: BudgetState) -> None:

@@ -120,7 +120,9 @@ class Log:
     def _waiting(driver: Driver, keys: set[str]) -> bool:
         """Attempts wait on a route (a budget's key holds none)."""
         states = [driver.state(key) for key in keys]
-        return any(isinstance(s, RouteState) and (s.parked or s.open_attempts) for s in states)
+        return any(
+            isinstance(s, RouteState) and (s.parking.parked or s.open_attempts) for s in states
+        )
 
 
 def tick(t: float, route: str = "chat") -> RouteTick:

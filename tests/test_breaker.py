@@ -350,7 +350,7 @@ def test_full_breaker_lifecycle_through_fold() -> None:
     t = last_failure + 62
     waiting = fold([accepted("p2", t)], pol, probe)
     assert (waiting.dispatches, waiting.responses) == ([], [])
-    assert waiting.state.line.waiting == 1
+    assert waiting.state.parking.line.waiting == 1
     # ...and is the next probe once p1 has answered.
     after = fold([finish("p1", a, t + 1)], pol, waiting)
     assert [d.request_id for d in after.decisions] == ["p2"]

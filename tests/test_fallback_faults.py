@@ -47,7 +47,7 @@ def test_an_open_breaker_sends_the_request_to_its_fallback_model_at_once() -> No
     assert first.route == "cheap"
     assert first.occurred_at.timestamp() == T0 + 1  # decided on arrival: no wait
     chat_state = driver.state("chat")
-    assert chat_state.parked == {} and chat_state.line.waiting == 0
+    assert chat_state.parking.parked == {} and chat_state.parking.line.waiting == 0
     assert [r.status for r in log.responses if r.request_id == "r1"] == ["ok"]
 
 
@@ -56,7 +56,7 @@ def test_a_429_with_retry_after_retries_the_only_deployment_after_it() -> None:
     request = accepted("q-1", T0)
     *_, waiting = failed_first(pol, request, T0 + 1, StatusClass.RATE_LIMITED, retry_after_s=2.0)
     assert waiting.dispatches == [] and waiting.responses == []
-    (parked,) = waiting.state.parked.values()
+    (parked,) = waiting.state.parking.parked.values()
     assert parked.retry_at >= T0 + 3.0 and parked.again == [A]
     early = fold([tick(T0 + 2.5, ROUTE)], pol, waiting)
     assert early.dispatches == [] and early.responses == []

@@ -235,7 +235,7 @@ def test_half_open_transition_persisted_even_without_dispatch() -> None:
     state = route_state({A: arm(10, 0.1, breaker=open_breaker(T0), in_flight=3)}, T0)
     step = handle(state, accepted("r", T0 + 61), 1, pol)
     assert step.dispatches == [] and step.responses == []
-    assert step.state.line.waiting == 1  # waits in the log for the probe in flight
+    assert step.state.parking.line.waiting == 1  # waits in the log for the probe in flight
     assert step.state.arm(A).breaker.state is BreakerPhase.HALF_OPEN
 
 
@@ -260,14 +260,15 @@ def test_concurrency_full_everywhere_waits_in_the_log_in_arrival_order() -> None
     run = fold([accepted(f"r{i}", T0 + i) for i in range(4)], pol)
     assert len(run.dispatches) == 2
     # Never refused for capacity, parked or not: r2 and r3 wait in the log.
-    assert run.responses == [] and run.state.parked == {}
-    assert run.state.line.waiting == 2 and run.state.line.after == 1
+    assert run.responses == [] and run.state.parking.parked == {}
+    assert run.state.parking.line.waiting == 2 and run.state.parking.line.after == 1
     freed = fold([finish("r1", A, T0 + 5)], pol, run)
     assert [d.request_id for d in freed.decisions] == ["r2"]
-    assert freed.state.line.waiting == 1
+    assert freed.state.parking.line.waiting == 1
     both = fold([finish("r0", A, T0 + 6), finish("r2", A, T0 + 7)], pol, freed)
     assert [d.request_id for d in both.decisions] == ["r3"]
-    assert both.state.line == Line(waiting=0, after=3, blocked_at=freed.state.line.blocked_at)
+    blocked_at = freed.state.parking.line.blocked_at
+    assert both.state.parking.line == Line(waiting=0, after=3, blocked_at=blocked_at)
 
 
 def test_clock_never_goes_backwards() -> None:

@@ -47,7 +47,7 @@ def test_a_burst_waits_for_capacity_in_arrival_order_with_a_fixed_size_state() -
     pol = policy(*two_small(), max_parked=0)
     run = fold(burst(3000), pol)
     assert len(run.dispatches) == 10 and run.responses == []
-    assert run.state.line.waiting == 2990
+    assert run.state.parking.line.waiting == 2990
     # The state counts the line; it never holds it (nor any prompt).
     row = dumps(run.state)
     assert MARKER.encode() not in row and len(row) < 4000
@@ -68,12 +68,12 @@ def test_a_burst_waits_for_capacity_in_arrival_order_with_a_fixed_size_state() -
 def test_a_request_that_waited_past_its_deadline_is_answered_without_a_call() -> None:
     pol = policy(provider("a", max_concurrency=1), request_deadline_s=30.0)
     run = fold([accepted("first", T0), accepted("late", T0 + 1, offset=1)], pol)
-    assert run.state.line.waiting == 1
+    assert run.state.parking.line.waiting == 1
     later = fold([RouteTick(id="t", occurred_at=at(T0 + 40), route="chat")], pol, run)
     (response,) = later.responses
     assert response.request_id == "late" and response.error is not None
     assert (response.error.code, response.attempts) == ("deadline_exceeded", 0)
-    assert later.dispatches == [] and later.state.line.waiting == 0
+    assert later.dispatches == [] and later.state.parking.line.waiting == 0
     # Nothing was held against the deployment for the wait.
     assert later.state.arm(A).pulls == 0
 
@@ -148,7 +148,7 @@ def test_a_pinned_head_whose_pin_is_busy_holds_the_line() -> None:
     state = route_state({A: ArmState(in_flight=1)}, T0)
     pinned = accepted("pin", T0, offset=0).model_copy(update={"pinned": A})
     run = fold([pinned, accepted("free", T0, offset=1)], pol, state)
-    assert run.dispatches == [] and run.state.line.waiting == 2
+    assert run.dispatches == [] and run.state.parking.line.waiting == 2
 
 
 def test_an_answer_too_large_for_a_record_reaches_the_requester_as_response_too_large() -> None:

@@ -197,7 +197,7 @@ def test_a_local_model_that_cannot_answer_now_is_skipped_at_once(
     assert dispatch.decision.attempt == 1 and dispatch.min_confidence is None
     assert (LOCAL, reason) in {(e.deployment, e.reason) for e in dispatch.decision.excluded}
     assert dispatch.max_attempts == POLICY.max_attempts("chat")
-    assert run.state.parked == {} and run.state.line.waiting == 0
+    assert run.state.parking.parked == {} and run.state.parking.line.waiting == 0
 
 
 def test_the_request_s_provider_lists_can_leave_the_local_model_out() -> None:

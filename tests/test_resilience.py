@@ -122,11 +122,12 @@ def test_half_open_admits_one_probe_at_a_time() -> None:
     assert len(probes) == 1
     # The rest waits in the log for the probe's answer, not flooded onto the probe, and
     # not refused: busy candidates are waited for whatever SWITCHYARD_MAX_PARKED says.
-    assert run.responses == [] and run.state.line.waiting == 4 and run.state.parked == {}
+    assert run.responses == [] and run.state.parking.line.waiting == 4
+    assert run.state.parking.parked == {}
     no_parking = fold([accepted(f"p{i}", T0 + 100) for i in range(5)], policy(
         CHEAP, DEAR, max_parked=0
     ), state)  # fmt: skip
-    assert no_parking.responses == [] and no_parking.state.line.waiting == 4
+    assert no_parking.responses == [] and no_parking.state.parking.line.waiting == 4
 
 
 def test_retry_after_keeps_traffic_off_that_provider_until_it_expires() -> None:

@@ -61,10 +61,10 @@ def test_a_pydantic_row_loads_and_is_written_back_byte_for_byte() -> None:
     assert arm.breaker.state is BreakerPhase.HALF_OPEN
     assert arm.recent.slow.latency_s == 6.125
     assert arm.evidence["code"].square == 0.5625
-    assert state.parked["req-3#2"].tried == ["b:m1"]
+    assert state.parking.parked["req-3#2"].tried == ["b:m1"]
     assert state.rate.tenants["acme"].count == 4
     assert state.pacers["tenant:acme"].multiplier == 0.0
-    assert state.line.blocked_at == 4240
+    assert state.parking.line.blocked_at == 4240
     # Written back: the same keys, in the same order, with the same values.
     assert dumps(state) == orjson.dumps(json.loads(PYDANTIC_ROW))
     assert to_row(state) == json.loads(PYDANTIC_ROW)

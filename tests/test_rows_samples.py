@@ -32,7 +32,15 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import orjson
 
 from app.routing.budget_state import BudgetState
-from app.routing.rows import budget_from_row, budget_to_row, dumps, from_row, loads, to_row
+from app.routing.rows import (
+    ROW_FORMAT,
+    budget_from_row,
+    budget_to_row,
+    dumps,
+    from_row,
+    loads,
+    to_row,
+)
 from app.routing.state import RouteState
 
 FIXTURE = Path(__file__).parent / "fixtures" / "route_rows.jsonl"
@@ -76,9 +84,15 @@ def sample(tp: Any, rng: random.Random) -> Any:
 
 
 def sample_record(cls: type[Any], rng: random.Random) -> Any:
+    """A record of ``cls``; one written inline in its parent's row (``ROW_FORMAT.inline``)
+    is drawn field by field in its place, as if its fields were the parent's: a row key
+    gets the same value whether its field is the parent's or a sub-state's."""
     hints = get_type_hints(cls)
     values = {}
     for f in fields(cls):
+        if (cls, f.name) in ROW_FORMAT.inline:
+            values[f.name] = sample_record(hints[f.name], rng)
+            continue
         has_default = f.default is not MISSING or f.default_factory is not MISSING
         if not has_default or rng.random() >= 0.3:
             values[f.name] = sample(hints[f.name], rng)

@@ -60,7 +60,7 @@ def take_request(
     source = f"{accepted.source.topic}:{accepted.source.partition}"
     copy = accepted.source.offset <= state.accepted_through.get(source, -1)
     first = attempt_key(accepted.request.request_id, first_attempt(accepted))
-    if copy or first in state.open_attempts or first in state.parked:
+    if copy or first in state.open_attempts or first in state.parking.parked:
         return Step(state, applied=False)
     marks = {**state.accepted_through, source: accepted.source.offset}
     state = evolve_route(state, accepted_through=marks)
@@ -342,7 +342,7 @@ def _park(
     again: Collection[str],
 ) -> RouteState | None:
     """The state with this attempt waiting for a deployment, or None when waiting can't help."""
-    if len(state.parked) >= policy.params.max_parked:
+    if len(state.parking.parked) >= policy.params.max_parked:
         return None
     request_id = accepted.request.request_id
     retry_at = state.clock + parking.wait_s(request_id, attempt, waits, policy)
@@ -364,4 +364,4 @@ def _park(
         again=list(again),
     )
     key = attempt_key(request_id, attempt)
-    return replace(state, parked={**state.parked, key: entry})
+    return replace(state, parking=state.parking.park(key, entry))

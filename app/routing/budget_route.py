@@ -106,7 +106,7 @@ def ask_first(
     )
     state = replace(
         state,
-        parked={**state.parked, key: parked},
+        parking=state.parking.park(key, parked),
         holds={**state.holds, key: Hold(scopes, amount.usd)},
     )
     first = BudgetAsk(
@@ -128,7 +128,7 @@ def ask_first(
 def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
     """Held: the parked attempt is looked at now. Refused: answered ``budget_exceeded``."""
     key = attempt_key(verdict.request_id, verdict.attempt)
-    hold, parked = state.holds.get(key), state.parked.get(key)
+    hold, parked = state.holds.get(key), state.parking.parked.get(key)
     if hold is not None and hold.granted:
         return Step(state)  # a copy (a ledger re-sent it): the attempt goes on as held
     if hold is None or parked is None:
@@ -139,7 +139,7 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
             replace(
                 state,
                 holds={**state.holds, key: replace(hold, granted=True)},
-                parked={**state.parked, key: replace(parked, retry_at=state.clock)},
+                parking=state.parking.park(key, replace(parked, retry_at=state.clock)),
             )
         )
     error = ErrorBody(
@@ -152,7 +152,7 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
     state = replace(
         state,
         holds={k: v for k, v in state.holds.items() if k != key},
-        parked={k: v for k, v in state.parked.items() if k != key},
+        parking=state.parking.unpark(key),
     )
     response = error_response(verdict.request_id, verdict.attempt - 1, state.clock, error)
     return Step(state, responses=[response], records=_give_back(state, verdict, verdict.scopes))

@@ -7,8 +7,9 @@ Read back, every value is made its field's type again (JSON does not tell ``1`` 
 ``1.0``, nor a tuple from a list) and a missing key takes the field's default (a field
 without one must be there). Strings are taken as they are: the values read are trusted
 to be what this codec wrote. A :class:`Format` names where a stored format departs from
-that: fields left out at their default, records written as arrays, values written by
-hand, older forms brought up to date before they are read.
+that: fields left out at their default, records written as arrays, records whose fields
+are written inline in their parent's object, values written by hand, older forms brought
+up to date before they are read.
 
 A class's two functions are generated once, as :mod:`dataclasses` generates
 ``__init__`` (and app/routing/state.py ``evolve``), since the router writes a row per
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 import types
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
@@ -51,6 +52,26 @@ class Format:
     )
     #: An older form of a class's value to today's, applied to what is read before reading it.
     upgrades: Mapping[type[Any], Callable[[Any], Any]] = field(default_factory=dict)
+    #: Record fields written inline, by ``(class, field name)``: the fields of the record
+    #: that field holds are keys of the class's own object, in that field's place and
+    #: order, each under its own name or the key given here (by field name), left out at
+    #: their default as the record's class says (``sparse``), and read back from there. The
+    #: record's class is written as an object of its fields elsewhere (no array, nothing by
+    #: hand, no upgrade).
+    inline: Mapping[tuple[type[Any], str], Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    """A key of a class's object form: a field of the class, or of a record written
+    inline (``path``: the attributes from the class's value to it)."""
+
+    key: str
+    path: str
+    owner: type[Any]
+    field: Field[Any]
+    hint: Any
+    sparse: bool
 
 
 class Codec:
@@ -62,6 +83,7 @@ class Codec:
         self._scope: dict[str, Any] = {}
         #: Name in ``_scope`` of each generated function (by kind and class) and constant.
         self._names: dict[tuple[str, object], str] = {}
+        self._members_of: dict[type[Any], list[_Member]] = {}
 
     def encoder(self, cls: type[T]) -> Callable[[T], Any]:
         return cast("Callable[[T], Any]", self._scope[self._function("enc", cls)])
@@ -116,24 +138,23 @@ class Codec:
     # ------------------------------------------------------------------ writing
 
     def _encoder_source(self, cls: type[Any], name: str) -> str:
-        sparse = self._sparse(cls)
-        if not sparse:
+        members = self._members(cls)
+        if not any(m.sparse for m in members):
             return f"def {name}(o):\n    return {self._display(cls, 'o', 0)}\n"
-        hints = get_type_hints(cls)
         lines: list[str] = []
         literal: list[str] = []
-        for f in fields(cls):
-            hint = hints[f.name]
-            if f.name in sparse and f.default is None:
+        for m in members:
+            hint = m.hint
+            if m.sparse and m.field.default is None:
                 hint = _optional(hint) or hint  # written only when it is not None
-            key, value = repr(f.name), self._write_field(cls, f, hint, "o", 0)
-            if f.name not in sparse and not lines:
+            key, value = repr(m.key), self._write_member(m, hint, "o", 0)
+            if not m.sparse and not lines:
                 literal.append(f"{key}: {value}")
                 continue
             if not lines:
                 lines.append(f"    row = {{{', '.join(literal)}}}")
-            if f.name in sparse:
-                lines.append(f"    if {self._away(f)}:")
+            if m.sparse:
+                lines.append(f"    if {self._away(m.field, f'o.{m.path}')}:")
                 lines.append(f"        row[{key}] = {value}")
             else:
                 lines.append(f"    row[{key}] = {value}")
@@ -142,20 +163,22 @@ class Codec:
     def _display(self, cls: type[Any], o: str, depth: int) -> str:
         """An object or array display writing record ``o`` (a name) of ``cls``, which
         leaves no field out."""
-        hints = get_type_hints(cls)
         if cls in self._form.arrays:
+            hints = get_type_hints(cls)
             items = []
             for f, spread in self._array_fields(cls, self._form.arrays[cls]):
-                value = self._write_field(cls, f, hints[f.name], o, depth)
+                value = self._write_field(cls, f, hints[f.name], f"{o}.{f.name}", depth)
                 items.append(f"*{value}" if spread else value)
             return f"[{', '.join(items)}]"
         items = [
-            f"{f.name!r}: {self._write_field(cls, f, hints[f.name], o, depth)}" for f in fields(cls)
+            f"{m.key!r}: {self._write_member(m, m.hint, o, depth)}" for m in self._members(cls)
         ]
         return f"{{{', '.join(items)}}}"
 
-    def _write_field(self, cls: type[Any], f: Field[Any], hint: Any, o: str, depth: int) -> str:
-        value = f"{o}.{f.name}"
+    def _write_member(self, m: _Member, hint: Any, o: str, depth: int) -> str:
+        return self._write_field(m.owner, m.field, hint, f"{o}.{m.path}", depth)
+
+    def _write_field(self, cls: type[Any], f: Field[Any], hint: Any, value: str, depth: int) -> str:
         return self._by_hand((cls, f.name), 0, value) or self._write(hint, value, depth)
 
     def _write(self, tp: Any, v: str, depth: int) -> str:
@@ -168,7 +191,7 @@ class Codec:
         if isinstance(tp, type) and issubclass(tp, Enum):
             return f"{v}.value"
         if isinstance(tp, type):
-            if v.isidentifier() and not self._form.sparse.get(tp):
+            if v.isidentifier() and not any(m.sparse for m in self._members(tp)):
                 return self._display(tp, v, depth)  # written in place: no call
             return f"{self._function('enc', tp)}({v})"
         return self._container(tp, v, depth, self._write, reading=False)
@@ -180,8 +203,40 @@ class Codec:
             raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
         return sparse
 
-    def _away(self, f: Field[Any]) -> str:
-        """A test that field ``f`` of ``o`` is away from its default."""
+    def _members(self, cls: type[Any]) -> list[_Member]:
+        """The keys of ``cls``'s object form, in order, with the fields they write."""
+        found = self._members_of.get(cls)
+        if found is not None:
+            return found
+        hints = get_type_hints(cls)
+        sparse = self._sparse(cls)
+        members: list[_Member] = []
+        for f in fields(cls):
+            keys = self._form.inline.get((cls, f.name))
+            if keys is None:
+                members.append(_Member(f.name, f.name, cls, f, hints[f.name], f.name in sparse))
+                continue
+            inner = hints[f.name]
+            form = self._form
+            if (
+                not (isinstance(inner, type) and is_dataclass(inner))
+                or cls in form.arrays
+                or f.name in sparse
+                or {inner, (cls, f.name)} & {*form.custom, *form.arrays, *form.upgrades}
+            ):
+                raise TypeError(f"{cls.__name__}.{f.name} cannot be written inline")
+            for m in self._members(inner):
+                key = keys.get(m.path, m.key) if "." not in m.path else m.key
+                members.append(
+                    _Member(key, f"{f.name}.{m.path}", m.owner, m.field, m.hint, m.sparse)
+                )
+        if len({m.key for m in members}) != len(members):
+            raise TypeError(f"{cls.__name__}: two fields are written under the same key")
+        self._members_of[cls] = members
+        return members
+
+    def _away(self, f: Field[Any], v: str) -> str:
+        """A test that field ``f``, of value ``v`` (an attribute), is away from its default."""
         if f.default is not MISSING:
             default = f.default
         elif f.default_factory is not MISSING:
@@ -189,39 +244,54 @@ class Codec:
         else:
             raise TypeError(f"{f.name} is left out at its default and has none")
         if default is None:
-            return f"o.{f.name} is not None"
+            return f"{v} is not None"
         if type(default) in _FALSY_WHEN_EMPTY and not default:
-            return f"o.{f.name}"
-        return f"o.{f.name} != {self._constant(default)}"
+            return v
+        return f"{v} != {self._constant(default)}"
 
     # ------------------------------------------------------------------ reading
 
     def _decoder_source(self, cls: type[Any], name: str) -> str:
-        hints = get_type_hints(cls)
         upgrade = self._form.upgrades.get(cls)
         lines = [f"def {name}(j):"]
         if upgrade is not None:
             lines.append(f"    j = {self._constant(upgrade)}(j)")
-        values: dict[str, str] = {}
         if cls in self._form.arrays:
+            hints = get_type_hints(cls)
             order = self._array_fields(cls, self._form.arrays[cls])
             names = [("*" if spread else "") + f"a_{f.name}" for f, spread in order]
             lines.append(f"    {', '.join(names)}, = j")
-            for f, _ in order:
-                values[f.name] = self._read_field(cls, f, hints[f.name], f"a_{f.name}")
+            values = {
+                f.name: self._read_field(cls, f, hints[f.name], f"a_{f.name}") for f, _ in order
+            }
+            lines.append(f"    return {self._construct(cls, values)}")
         else:
-            for f in fields(cls):
-                key = repr(f.name)
-                value = self._read_field(cls, f, hints[f.name], f"j[{key}]")
-                if f.default is not MISSING or f.default_factory is not MISSING:
-                    value = f"{value} if {key} in j else {self._default(f)}"
-                values[f.name] = value
+            members = iter(self._members(cls))
+            lines.append(f"    return {self._construct_object(cls, members)}")
+        return "\n".join([*lines, ""])
+
+    def _construct_object(self, cls: type[Any], members: Iterator[_Member]) -> str:
+        """A call building a ``cls`` from object ``j``, taking the keys of its fields (and
+        of those of the records written inline) from ``members``, in field order."""
+        values: dict[str, str] = {}
+        for f in fields(cls):
+            if (cls, f.name) in self._form.inline:
+                values[f.name] = self._construct_object(get_type_hints(cls)[f.name], members)
+                continue
+            m = next(members)
+            key = repr(m.key)
+            value = self._read_field(cls, f, m.hint, f"j[{key}]")
+            if f.default is not MISSING or f.default_factory is not MISSING:
+                value = f"{value} if {key} in j else {self._default(f)}"
+            values[f.name] = value
+        return self._construct(cls, values)
+
+    def _construct(self, cls: type[Any], values: Mapping[str, str]) -> str:
         if any(f.kw_only for f in fields(cls)):
             arguments = ", ".join(f"{n}={v}" for n, v in values.items())
         else:
             arguments = ", ".join(values[f.name] for f in fields(cls))
-        lines.append(f"    return {self._constant(cls)}({arguments})")
-        return "\n".join([*lines, ""])
+        return f"{self._constant(cls)}({arguments})"
 
     def _read_field(self, cls: type[Any], f: Field[Any], hint: Any, j: str) -> str:
         return self._by_hand((cls, f.name), 1, j) or self._read(hint, j, 0)

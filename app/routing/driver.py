@@ -144,7 +144,7 @@ class Recall:
     def prune(self, state: RouteState) -> None:
         """Drop what the state no longer refers to."""
         if self.carriers:
-            wanted_carriers = {p.carrier for p in state.parked.values()}
+            wanted_carriers = {p.carrier for p in state.parking.parked.values()}
             for position in [p for p in self.carriers if p not in wanted_carriers]:
                 del self.carriers[position]
         if self.answers:
@@ -152,11 +152,12 @@ class Recall:
             for position in [p for p in self.answers if p not in cached]:
                 del self.answers[position]
                 self.answer_sizes.pop(position, None)
-        if not state.line.waiting:
+        line = state.parking.line
+        if not line.waiting:
             self._clear_line()
             self.line_from = None
             return
-        index = bisect.bisect_right(self.line, state.line.after, key=lambda item: item[0])
+        index = bisect.bisect_right(self.line, line.after, key=lambda item: item[0])
         for position, _ in self.line[:index]:
             self.line_bytes -= self.sizes.pop(position, 0)
         del self.line[:index]
@@ -305,7 +306,7 @@ class Driver:
     def _take(memory: Recall, step: Step, want: Want, found: Recalled, policy: Policy) -> Step:
         recalled_at, recalled = found
         step = step.then(take(step.state, want, recalled_at, recalled, policy))
-        if any(p.carrier == recalled_at for p in step.state.parked.values()):
+        if any(p.carrier == recalled_at for p in step.state.parking.parked.values()):
             memory.carriers[recalled_at] = recalled
         return step
 
@@ -328,14 +329,15 @@ class Driver:
         position: int,
         raw: bytes | None,
     ) -> None:
-        if before.line.waiting == 0 and after.line.waiting:
-            memory.start_line(after.line.after)
-        if after.line.waiting > before.line.waiting and isinstance(event, RequestAccepted):
+        waited, parking = before.parking.line.waiting, after.parking
+        if waited == 0 and parking.line.waiting:
+            memory.start_line(parking.line.after)
+        if parking.line.waiting > waited and isinstance(event, RequestAccepted):
             size = 0
             if memory.max_bytes is not None:
                 size = len(raw) if raw is not None else len(event.model_dump_json())
             memory.keep_line(position, event, size, raw)
-        if after.parked and any(p.carrier == position for p in after.parked.values()):
+        if parking.parked and any(p.carrier == position for p in parking.parked.values()):
             memory.carriers[position] = event
         if after.cache and isinstance(event, AttemptFinished):
             newest = next(reversed(after.cache.values()))

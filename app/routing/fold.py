@@ -78,6 +78,7 @@ from app.routing.reliability import mendable
 from app.routing.state import (
     NEW_ARM,
     Line,
+    Parking,
     RouteState,
     attempt_key,
     evolve_arm,
@@ -167,15 +168,17 @@ def _switch_policy(state: RouteState, change: PolicyChanged) -> Step:
 
 def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy: Policy) -> Step:
     """A new request: behind the line if one waits, else taken (or the line starts with it)."""
-    line = state.line
+    parking = state.parking
+    line = parking.line
     if line.waiting:
         joined = Line(line.waiting + 1, line.after, line.blocked_at)
-        return Step(evolve_route(state, line=joined))
+        return Step(evolve_route(state, parking=Parking(parking.parked, joined)))
     taken = take_request(state, accepted, position, policy)
     if isinstance(taken, Step):
         return taken
+    state = taken.on(state)
     start = Line(waiting=1, after=position - 1, blocked_at=position)
-    return Step(evolve_route(taken.on(state), line=start))
+    return Step(evolve_route(state, parking=Parking(state.parking.parked, start)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +203,12 @@ def wanted(state: RouteState) -> Want | None:
     if state.cache_serving:
         request_id = min(state.cache_serving)
         return Want("cached", state.cache_serving[request_id].position, request_id)
-    due = [(p.retry_at, key) for key, p in state.parked.items() if p.retry_at <= state.clock]
+    parked = state.parking.parked
+    due = [(p.retry_at, key) for key, p in parked.items() if p.retry_at <= state.clock]
     if due:
         _, key = min(due)
-        return Want("parked", state.parked[key].carrier, key)
-    line = state.line
+        return Want("parked", parked[key].carrier, key)
+    line = state.parking.line
     if line.waiting and line.blocked_at < state.position:
         return Want("line", line.after)
     return None
@@ -220,14 +224,16 @@ def take(
         return cache.answer(state, want.key, position, event)
     if not isinstance(event, RequestAccepted) or position <= want.position:
         raise ValueError(f"the line's head after {want.position} is not at {position}")
-    line = state.line
+    line = state.parking.line
     taken = take_request(state, event, position, policy)
     if not isinstance(taken, Step):
+        state = taken.on(state)
         blocked = Line(line.waiting, line.after, state.position)
-        return Step(evolve_route(taken.on(state), line=blocked))
+        return Step(evolve_route(state, parking=Parking(state.parking.parked, blocked)))
     moved = Line(waiting=line.waiting - 1, after=position, blocked_at=line.blocked_at)
+    after = taken.state
     return Step(
-        evolve_route(taken.state, line=moved),
+        evolve_route(after, parking=Parking(after.parking.parked, moved)),
         taken.dispatches,
         taken.responses,
         decisions=taken.decisions,
@@ -236,14 +242,15 @@ def take(
 
 def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: Policy) -> Step:
     """Route a parked attempt whose wait is over (park it again if still nothing)."""
-    parked = state.parked[key]
+    parking = state.parking
+    parked = parking.parked[key]
     accepted = carrier.retry if isinstance(carrier, AttemptFinished) else carrier
     if (
         not isinstance(accepted, RequestAccepted)
         or accepted.request.request_id != parked.request_id
     ):
         raise ValueError(f"the event at {parked.carrier} does not carry {key}")
-    state = evolve_route(state, parked={k: v for k, v in state.parked.items() if k != key})
+    state = evolve_route(state, parking=parking.unpark(key))
     step = route(
         state,
         accepted,
@@ -260,21 +267,22 @@ def _look_again(state: RouteState, key: str, carrier: RoutingLogEvent, policy: P
 
 def _answer_overdue(state: RouteState, policy: Policy) -> tuple[RouteState, list[Response]]:
     """Parked attempts whose deadline has come: answered, no recall needed."""
-    if not state.parked:
+    parking = state.parking
+    if not parking.parked:
         return state, []
-    late = sorted(key for key, p in state.parked.items() if p.deadline <= state.clock)
+    late = sorted(key for key, p in parking.parked.items() if p.deadline <= state.clock)
     if not late:
         return state, []
     responses = []
     for key in late:
-        parked = state.parked[key]
+        parked = parking.parked[key]
         error = deadline_error(
             f"no deployment became available within "
             f"{policy.params.request_deadline_s:g}s ({parked.waits} waits)"
         )
         responses.append(error_response(parked.request_id, parked.attempt - 1, state.clock, error))
-    kept = {k: v for k, v in state.parked.items() if k not in late}
-    return evolve_route(state, parked=kept), responses
+    kept = {k: v for k, v in parking.parked.items() if k not in late}
+    return evolve_route(state, parking=Parking(kept, parking.line)), responses
 
 
 def _expire_lost_attempts(state: RouteState) -> tuple[RouteState, list[Response]]:

@@ -1,5 +1,5 @@
-"""Waiting for a deployment (issues 4 and 17): when every candidate is saturated,
-open or cooling down, a request waits instead of failing or spinning.
+"""Waiting for a deployment: when every candidate is saturated, open or cooling down,
+a request waits instead of failing or spinning.
 
 Whether to wait is a pure function of the selection's exclusions: only reasons
 that pass with time (``breaker_open``, a half-open probe in flight,
@@ -7,7 +7,8 @@ that pass with time (``breaker_open``, a half-open probe in flight,
 candidates are ruled out for good (already tried, pins, lists, domains) is
 answered at once.
 
-Two ways to wait, both holding references only, never a request:
+Two ways to wait, both holding references only, never a request, both in the route
+state's ``parking`` (:class:`app.routing.state.Parking`):
 
 * **In the log** (:class:`app.routing.state.Line`): a new request whose
   candidates are busy (``concurrency_full``, a probe in flight) stays where it

@@ -16,8 +16,10 @@ the same double).
 
 The codec is derived from the state classes' fields (:mod:`app.routing.codec`): a
 record is an object of its fields in field order, and ``ROW_FORMAT`` says where the
-row departs from that. A new field is written and read without a change here; one
-that rows written before it lack reads as its default.
+row departs from that (a feature's sub-state of the route state is written inline: its
+fields are keys of the route's object, as they were before it had a record of its own).
+A new field is written and read without a change here; one that rows written before it
+lack reads as its default.
 
 Rows come from this module only (the router's own table), so loading trusts
 their shape: no validation, only the values made their fields' types again (JSON
@@ -101,6 +103,8 @@ ROW_FORMAT = Format(
     },
     custom={(RouteState, "node_counts"): (_node_counts_row, _node_counts)},
     upgrades={Ledger: _dollars_only_ledger, Amount: _dollars_only_amount},
+    # A feature's sub-state: its fields are the route row's keys they were before it.
+    inline={(RouteState, "parking"): {}},
 )
 _ROWS = Codec(ROW_FORMAT)
 

@@ -7,6 +7,10 @@ validated or copied field by field inside the fold): the pure functions take one
 return a new one, never changing it (nor its dicts and lists: every update builds new
 ones). The row is JSON (:mod:`app.routing.rows`); floats round-trip exactly, so a state rebuilt
 from the changelog or by a replay is bit-identical to the live one.
+
+A feature's own fields are a sub-state of the route state (``parking``:
+:class:`Parking`), a record like the others; the row writes its fields as keys of the
+route's own object, where they were before the feature had a record of its own.
 """
 
 from __future__ import annotations
@@ -259,6 +263,23 @@ class Line:
 
 
 @record
+class Parking:
+    """Requests of the route waiting for a deployment (app/routing/parking.py): attempts
+    parked by ``request_id#attempt``, and the new requests waiting in the log."""
+
+    parked: dict[str, Parked] = field(default_factory=dict)
+    line: Line = field(default_factory=Line)
+
+    def park(self, key: str, parked: Parked) -> Parking:
+        """With ``parked`` under ``key`` (in its place if the key is there already)."""
+        return Parking({**self.parked, key: parked}, self.line)
+
+    def unpark(self, key: str) -> Parking:
+        """Without the attempt parked under ``key``."""
+        return Parking({k: v for k, v in self.parked.items() if k != key}, self.line)
+
+
+@record
 class Pin:
     """A context or session pinned to the deployment that read its prompt cache,
     until ``until`` (route clock); ``started``: its first pin (a session's 24 h cap)."""
@@ -290,10 +311,8 @@ class RouteState:
     expiry_check_at: float = 0.0
     #: Per-tenant request windows (the guardrails' rate limit), on the route clock.
     rate: RateWindow = field(default_factory=RateWindow)
-    #: Attempts waiting for a deployment, by ``request_id#attempt`` (app/routing/parking.py).
-    parked: dict[str, Parked] = field(default_factory=dict)
-    #: New requests waiting in the log for a deployment (app/routing/parking.py).
-    line: Line = field(default_factory=Line)
+    #: Attempts and new requests waiting for a deployment (app/routing/parking.py).
+    parking: Parking = field(default_factory=Parking)
     #: Budget pacers (app/routing/pacer.py) by scope: ``route``, ``tenant:NAME``.
     pacers: dict[str, Pacer] = field(default_factory=dict)
     #: Ids of the grades folded last (at most ``RECENT_GRADES``): a grade the matcher
@@ -356,6 +375,8 @@ def _replacer(cls: type[T]) -> Callable[..., T]:
     return evolve
 
 
-#: Fast ``dataclasses.replace`` for the two states every event copies.
+#: Fast ``dataclasses.replace`` for the two states every event copies, and for the
+#: sub-states the fold copies often.
 evolve_route = _replacer(RouteState)
 evolve_arm = _replacer(ArmState)
+evolve_parking = _replacer(Parking)

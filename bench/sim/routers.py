@@ -78,7 +78,7 @@ class FoldRouter:
         return state
 
     def waiting(self, request_id: str) -> bool:
-        if any(p.request_id == request_id for p in self.state.parked.values()):
+        if any(p.request_id == request_id for p in self.state.parking.parked.values()):
             return True
         lines = self.driver.memory.values()
         return any(
