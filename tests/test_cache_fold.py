@@ -159,7 +159,7 @@ def test_the_oldest_entry_is_evicted_beyond_max_entries() -> None:
     assert decision_of(log, "r3").selection_rule != "cache"  # evicted by the third
     assert decision_of(log, "r4").selection_rule == "cache"
     assert len(log.costs) == 4
-    assert log.driver is not None and len(log.driver.state("chat").cache) == 2
+    assert log.driver is not None and len(log.driver.state("chat").cache.entries) == 2
 
 
 def test_a_policy_without_the_cache_stops_hits_and_drops_the_entries() -> None:
@@ -168,11 +168,11 @@ def test_a_policy_without_the_cache_stops_hits_and_drops_the_entries() -> None:
     driver = Driver(lambda: current[0])
     log = AnswerLog(on)
     driver = log.run([ask(on, 0)], driver)
-    assert driver.state("chat").cache
+    assert driver.state("chat").cache.entries
     current[0] = off
     driver = log.run([ask(on, 1)], driver)
     assert decision_of(log, "r1").selection_rule != "cache"
-    assert not driver.state("chat").cache
+    assert not driver.state("chat").cache.entries
     disabled = cached_policy(enabled=False)
     current[0] = disabled
     driver = log.run([ask(on, 2), ask(on, 3)], driver)
@@ -183,7 +183,7 @@ def test_a_new_policy_version_starts_the_cache_empty() -> None:
     policy = cached_policy()
     log = AnswerLog(policy)
     driver = log.run([ask(policy, 0)], None)
-    assert driver.state("chat").cache
+    assert driver.state("chat").cache.entries
     config = policy.config.model_dump(mode="json", exclude={"gateway_keys": True})
     document = PolicyDocument(config=config, params=params_document(policy.params))
     change = PolicyChanged(
@@ -230,7 +230,7 @@ def test_a_restarted_router_reads_the_source_answer_back_from_the_log() -> None:
         step = done.value
     assert [d.selection_rule for d in step.decisions] == ["cache"]
     assert step.responses[0].completion == log.events[source].completion  # type: ignore[union-attr]
-    assert not step.state.cache_serving
+    assert not step.state.cache.serving
 
 
 def test_a_log_with_hits_replays_exactly() -> None:

@@ -47,7 +47,14 @@ from app.routing.answers import answers, at
 from app.routing.attempts import first_attempt
 from app.routing.policy import Policy
 from app.routing.records import trusted
-from app.routing.state import CacheEntry, CacheRef, RouteState, Serving, evolve_route
+from app.routing.state import (
+    CacheEntry,
+    CacheRef,
+    ResponseCache,
+    RouteState,
+    Serving,
+    evolve_route,
+)
 from app.routing.steps import Step
 
 #: The ``algorithm_version`` of a decision answered from the cache.
@@ -91,14 +98,14 @@ def lookup(
     or without any entry when the route's cache is off."""
     config = config_of(policy, accepted.route)
     if config is None:
-        if state.cache:
-            state = evolve_route(state, cache={})
+        if state.cache.entries:
+            state = evolve_route(state, cache=ResponseCache({}, state.cache.serving))
         return state, None
     state = _fresh(state, config)
     ref = ref_of(accepted, policy)
-    if ref is None or not state.cache:
+    if ref is None or not state.cache.entries:
         return state, None
-    entry = state.cache.get(ref.key)
+    entry = state.cache.entries.get(ref.key)
     if entry is not None:
         return state, Found(entry, "exact", 1.0, None)
     if config.semantic is None or not ref.vector:
@@ -106,9 +113,7 @@ def lookup(
     return state, _nearest(state, ref, config.semantic.threshold)
 
 
-def hit(
-    state: RouteState, accepted: RequestAccepted, found: Found, policy: Policy
-) -> Step:
+def hit(state: RouteState, accepted: RequestAccepted, found: Found, policy: Policy) -> Step:
     """Answer ``accepted`` from ``found``: the decision now, the response once the driver
     recalled the source's answer (:func:`answer`)."""
     request_id = accepted.request.request_id
@@ -147,14 +152,18 @@ def hit(
         prompt_sha256=accepted.prompt_sha256,
         prompt_chars=accepted.prompt_chars,
     )
-    serving = {**state.cache_serving, request_id: Serving(entry.request_id, entry.position)}
-    return Step(evolve_route(state, cache_serving=serving), decisions=[decision])
+    cached = state.cache
+    serving = {**cached.serving, request_id: Serving(entry.request_id, entry.position)}
+    return Step(
+        evolve_route(state, cache=ResponseCache(cached.entries, serving)), decisions=[decision]
+    )
 
 
 def answer(state: RouteState, request_id: str, position: int, event: RoutingLogEvent) -> Step:
     """The response of a request served from the cache: the source's completion, recalled
     from ``position`` of the log."""
-    serving = state.cache_serving[request_id]
+    cached = state.cache
+    serving = cached.serving[request_id]
     if (
         position != serving.position
         or not isinstance(event, AttemptFinished)
@@ -172,8 +181,10 @@ def answer(state: RouteState, request_id: str, position: int, event: RoutingLogE
         deployment=event.outcome.deployment,
         completion=dict(event.completion),
     )
-    left = {k: v for k, v in state.cache_serving.items() if k != request_id}
-    return Step(evolve_route(state, cache_serving=left), responses=[response])
+    left = {k: v for k, v in cached.serving.items() if k != request_id}
+    return Step(
+        evolve_route(state, cache=ResponseCache(cached.entries, left)), responses=[response]
+    )
 
 
 def store(
@@ -196,15 +207,16 @@ def store(
         ref.embedder,
         _norm2(ref.vector) if ref.vector else 0,
     )
-    entries = {k: v for k, v in state.cache.items() if k != ref.key}
+    cached = state.cache
+    entries = {k: v for k, v in cached.entries.items() if k != ref.key}
     entries[ref.key] = entry
-    return _fresh(evolve_route(state, cache=entries), config)
+    return _fresh(evolve_route(state, cache=ResponseCache(entries, cached.serving)), config)
 
 
 def _fresh(state: RouteState, config: CacheConfig) -> RouteState:
     """Without the entries past their ``ttl_s`` and the oldest beyond ``max_entries``
     (entries are in the order they were folded, so both are at the front)."""
-    entries = state.cache
+    entries = state.cache.entries
     if not entries:
         return state
     cutoff = state.clock - config.ttl_s
@@ -221,7 +233,7 @@ def _fresh(state: RouteState, config: CacheConfig) -> RouteState:
     kept = dict(entries)
     for key in gone:
         del kept[key]
-    return evolve_route(state, cache=kept)
+    return evolve_route(state, cache=ResponseCache(kept, state.cache.serving))
 
 
 def _vector(text: str) -> bytes:
@@ -259,7 +271,7 @@ def _nearest(state: RouteState, ref: CacheRef, threshold: float) -> Found | None
     ``dot^2 * S^2 >= (tS)^2 * n_q * n_e`` in integers."""
     candidates = [
         e
-        for e in state.cache.values()
+        for e in state.cache.entries.values()
         if e.vector and e.scope == ref.scope and e.embedder == ref.embedder
     ]
     if not candidates:

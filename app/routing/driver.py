@@ -148,7 +148,7 @@ class Recall:
             for position in [p for p in self.carriers if p not in wanted_carriers]:
                 del self.carriers[position]
         if self.answers:
-            cached = {e.position for e in state.cache.values()}
+            cached = {e.position for e in state.cache.entries.values()}
             for position in [p for p in self.answers if p not in cached]:
                 del self.answers[position]
                 self.answer_sizes.pop(position, None)
@@ -339,8 +339,9 @@ class Driver:
             memory.keep_line(position, event, size, raw)
         if parking.parked and any(p.carrier == position for p in parking.parked.values()):
             memory.carriers[position] = event
-        if after.cache and isinstance(event, AttemptFinished):
-            newest = next(reversed(after.cache.values()))
+        entries = after.cache.entries
+        if entries and isinstance(event, AttemptFinished):
+            newest = next(reversed(entries.values()))
             if newest.position == position:  # this answer was just cached
                 size = 0
                 if memory.max_bytes is not None:

@@ -79,6 +79,7 @@ from app.routing.state import (
     NEW_ARM,
     Line,
     Parking,
+    ResponseCache,
     RouteState,
     attempt_key,
     evolve_arm,
@@ -163,7 +164,8 @@ def _switch_policy(state: RouteState, change: PolicyChanged) -> Step:
     if change.version <= state.policy_version:
         return Step(state)  # a copy the relay re-sent: the route already switched
     # The response cache's answers were given under the version before: it starts empty.
-    return Step(evolve_route(state, policy_version=change.version, cache={}))
+    emptied = ResponseCache({}, state.cache.serving)
+    return Step(evolve_route(state, policy_version=change.version, cache=emptied))
 
 
 def _arrive(state: RouteState, accepted: RequestAccepted, position: int, policy: Policy) -> Step:
@@ -200,9 +202,10 @@ def wanted(state: RouteState) -> Want | None:
     """What to take next: the answer of a request served from the cache in this step,
     then a parked attempt whose wait is over (oldest first), then the head of the line
     unless it already found no deployment at this position."""
-    if state.cache_serving:
-        request_id = min(state.cache_serving)
-        return Want("cached", state.cache_serving[request_id].position, request_id)
+    serving = state.cache.serving
+    if serving:
+        request_id = min(serving)
+        return Want("cached", serving[request_id].position, request_id)
     parked = state.parking.parked
     due = [(p.retry_at, key) for key, p in parked.items() if p.retry_at <= state.clock]
     if due:

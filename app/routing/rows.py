@@ -44,6 +44,7 @@ from app.routing.state import (
     OpenAttempt,
     Parked,
     Pin,
+    ResponseCache,
     RouteState,
     Serving,
 )
@@ -82,9 +83,8 @@ ROW_FORMAT = Format(
             "node_spend",
             "affinity",
             "forwarded_through",
-            "cache",
-            "cache_serving",
         ),
+        ResponseCache: ("entries", "serving"),
         # A budget's row written before it had a state of its own is a route's with a
         # ledger: read as this one (the route's fields are not read), written without them.
         BudgetState: ("policy_version", "ledger"),
@@ -104,7 +104,10 @@ ROW_FORMAT = Format(
     custom={(RouteState, "node_counts"): (_node_counts_row, _node_counts)},
     upgrades={Ledger: _dollars_only_ledger, Amount: _dollars_only_amount},
     # A feature's sub-state: its fields are the route row's keys they were before it.
-    inline={(RouteState, "parking"): {}},
+    inline={
+        (RouteState, "parking"): {},
+        (RouteState, "cache"): {"entries": "cache", "serving": "cache_serving"},
+    },
 )
 _ROWS = Codec(ROW_FORMAT)
 

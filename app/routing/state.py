@@ -8,9 +8,10 @@ return a new one, never changing it (nor its dicts and lists: every update build
 ones). The row is JSON (:mod:`app.routing.rows`); floats round-trip exactly, so a state rebuilt
 from the changelog or by a replay is bit-identical to the live one.
 
-A feature's own fields are a sub-state of the route state (``parking``:
-:class:`Parking`), a record like the others; the row writes its fields as keys of the
-route's own object, where they were before the feature had a record of its own.
+A feature's own fields are a sub-state of the route state (``parking``: :class:`Parking`;
+``cache``: :class:`ResponseCache`), a record like the others; the row writes its fields
+as keys of the route's own object, where they were before the feature had a record of
+its own.
 """
 
 from __future__ import annotations
@@ -197,6 +198,16 @@ class Serving:
 
 
 @record
+class ResponseCache:
+    """The route's response cache (app/routing/cache.py)."""
+
+    #: Entries by key, oldest first; bounded by the route's ``cache.max_entries``.
+    entries: dict[str, CacheEntry] = field(default_factory=dict)
+    #: Requests being answered from the cache, by request id, within one step.
+    serving: dict[str, Serving] = field(default_factory=dict)
+
+
+@record
 class OpenAttempt:
     deployment: str
     decided_at: float
@@ -334,11 +345,8 @@ class RouteState:
     #: its position, so the target's copy watermark (``accepted_through``) sees them in
     #: the order they were sent, however many one position sends.
     forwarded_through: int = -1
-    #: The response cache's entries by key, oldest first (app/routing/cache.py); bounded
-    #: by the route's ``cache.max_entries``.
-    cache: dict[str, CacheEntry] = field(default_factory=dict)
-    #: Requests being answered from the cache, by request id, within one step.
-    cache_serving: dict[str, Serving] = field(default_factory=dict)
+    #: The response cache's entries and the requests it is answering (app/routing/cache.py).
+    cache: ResponseCache = field(default_factory=ResponseCache)
 
     def arm(self, deployment: str) -> ArmState:
         arm = self.arms.get(deployment)
@@ -375,8 +383,7 @@ def _replacer(cls: type[T]) -> Callable[..., T]:
     return evolve
 
 
-#: Fast ``dataclasses.replace`` for the two states every event copies, and for the
-#: sub-states the fold copies often.
+#: Fast ``dataclasses.replace`` for the two states every event copies (the sub-states,
+#: of two fields each, are built whole: their constructor is what ``evolve`` would call).
 evolve_route = _replacer(RouteState)
 evolve_arm = _replacer(ArmState)
-evolve_parking = _replacer(Parking)
