@@ -39,7 +39,16 @@ from app.audit.grades import check_grades
 from app.audit.log import Entry, RecordedLog, RoutingEvent, events
 from app.audit.log_texts import ExportTexts, LogTexts
 from app.audit.mismatch import KIND_ORDER, Mismatch, advance, diff, differences, mismatch, pending
-from app.audit.replay_fold import FoldCounts, Origin, Refold, States, policy_book, versions_of
+from app.audit.replay_fold import (
+    FoldCounts,
+    Made,
+    Origin,
+    Refold,
+    States,
+    distinct_by_id,
+    policy_book,
+    versions_of,
+)
 from app.audit.replay_parallel import FoldPool, replay_parallel
 from app.audit.replay_report import ReplayReport, render
 from app.contract import Decision, Response
@@ -81,10 +90,10 @@ class Rederived(FoldCounts):
 def rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
     """Fold routing-log entries (sorted by partition, offset) with the live ``handle``."""
     with no_cycle_collection():
-        return _rederive(entries, policy)
+        return _rederive(entries, policy)[0]
 
 
-def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederived:
+def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> tuple[Rederived, Refold]:
     """``policy`` folds a log that carries no policy version; one that does is folded
     with the policy version in force at each position, as the live router did."""
     result = Rederived()
@@ -102,7 +111,7 @@ def _rederive(entries: Iterable[Entry[RoutingEvent]], policy: Policy) -> Rederiv
     result.decision_origins = [made.origin for made in refold.decisions]
     result.responses = [made.record for made in refold.responses]
     result.response_origins = [made.origin for made in refold.responses]
-    return result
+    return result, refold
 
 
 def replay(
@@ -129,7 +138,7 @@ def replay(
 
 
 def _replay(log: RecordedLog, policy: Policy, allow_pending: bool) -> ReplayReport:
-    again = rederive(log.routing, policy)
+    again, refold = _rederive(log.routing, policy)
     decisions = _by_id(events(log.decisions))
     responses = _by_id(events(log.responses))
     hashes: Counter[str] = Counter()
@@ -137,8 +146,8 @@ def _replay(log: RecordedLog, policy: Policy, allow_pending: bool) -> ReplayRepo
         for decision in copies:
             hashes[decision.config_hash] += 1
     progress: dict[int, int] = {}
-    made_decisions = _made_by_id(again.decisions, again.decision_origins)
-    made_responses = _made_by_id(again.responses, again.response_origins)
+    made_decisions = distinct_by_id(refold.decisions)
+    made_responses = distinct_by_id(refold.responses)
     decisions_reproduced, mismatches = _pair(decisions, made_decisions, progress)
     responses_reproduced, response_mismatches = _pair(responses, made_responses, progress)
     mismatches = [pending(m, progress) for m in [*mismatches, *response_mismatches]]
@@ -182,22 +191,9 @@ def _by_id(records: Iterable[R]) -> dict[str, list[R]]:
     return found
 
 
-def _made_by_id(records: list[R], origins: list[Origin]) -> dict[str, list[tuple[R, Origin]]]:
-    """Distinct re-derived copies per id, in log order, each with where it was made (the
-    first identical copy's place)."""
-    found: dict[str, list[tuple[R, Origin]]] = {}
-    for record, origin in zip(records, origins, strict=True):
-        copies = found.get(record.id)
-        if copies is None:
-            found[record.id] = [(record, origin)]
-        elif record not in [copy for copy, _ in copies]:
-            copies.append((record, origin))
-    return found
-
-
 def _pair(
     recorded: dict[str, list[R]],
-    rederived: dict[str, list[tuple[R, Origin]]],
+    rederived: dict[str, list[Made[R]]],
     progress: dict[int, int],
 ) -> tuple[int, list[Mismatch]]:
     """Compare copies with the same id in log order; exact equality, field by field.
@@ -211,22 +207,22 @@ def _pair(
         if derived is None:
             mismatches.extend(mismatch("not_rederived", r) for r in copies)
             continue
-        for original, (again, origin) in zip(copies, derived, strict=False):
-            advance(progress, origin)
-            found = differences(original, again)
+        for original, again in zip(copies, derived, strict=False):
+            advance(progress, again.origin)
+            found = differences(original, again.record)
             if found is None:
                 reproduced += 1
             else:
-                mismatches.append(mismatch("differs", again, found, origin))
+                mismatches.append(mismatch("differs", again.record, found, again.origin))
         if len(copies) > len(derived):
             mismatches.extend(mismatch("not_rederived", r) for r in copies[len(derived) :])
         elif len(derived) > len(copies):
-            mismatches.extend(_unrecorded(r, origin) for r, origin in derived[len(copies) :])
+            mismatches.extend(map(_unrecorded, derived[len(copies) :]))
     for record_id, derived in rederived.items():
         if record_id not in recorded:
-            mismatches.extend(_unrecorded(r, origin) for r, origin in derived)
+            mismatches.extend(map(_unrecorded, derived))
     return reproduced, mismatches
 
 
-def _unrecorded(record: Decision | Response, origin: Origin) -> Mismatch:
-    return mismatch("not_recorded", record, origin=origin)
+def _unrecorded(made: Made[Decision] | Made[Response]) -> Mismatch:
+    return mismatch("not_recorded", made.record, origin=made.origin)

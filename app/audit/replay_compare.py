@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from app.audit.mismatch import advance, differences, mismatch
 from app.audit.record_keys import ID_PREFIX, is_utf8, text_id
-from app.audit.replay_fold import Made
+from app.audit.replay_fold import Made, distinct_by_id
 from app.audit.replay_tasks import Compared, Stream
 from app.contract import Decision, Response
 
@@ -47,14 +47,7 @@ def compare(
     ``progress``, per routing partition, the offset of the last event whose output is
     recorded)."""
     result = Compared(made=len(made))
-    by_id: dict[str, list[Made[R]]] = {}
-    for item in made:  # distinct copies per id, in log order, as the one-process replay
-        record_id = item.record.id
-        same_id = by_id.get(record_id)
-        if same_id is None:
-            by_id[record_id] = [item]
-        elif item.record not in [copy.record for copy in same_id]:
-            same_id.append(item)
+    by_id = distinct_by_id(made)
     found = _take(by_id, stream, model, result)
     for record_id, lines in found.items():
         made_here = by_id[record_id]

@@ -123,3 +123,18 @@ class Refold:
         for response in step.responses:
             responses.append(Made(response, where, index, ordinal))
             ordinal += 1
+
+
+def distinct_by_id(made: list[Made[R]]) -> dict[str, list[Made[R]]]:
+    """Distinct re-derived copies per id, in log order, each where the first identical
+    copy was made. The same id twice with different content is legitimate: a request
+    redelivered after its first attempt closed is routed again under the same ids."""
+    by_id: dict[str, list[Made[R]]] = {}
+    for item in made:
+        record_id = item.record.id
+        same_id = by_id.get(record_id)
+        if same_id is None:
+            by_id[record_id] = [item]
+        elif item.record not in [copy.record for copy in same_id]:
+            same_id.append(item)
+    return by_id
