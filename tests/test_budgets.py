@@ -82,7 +82,7 @@ def test_a_burst_spends_exactly_what_the_outcomes_cost_and_never_more_than_the_b
     # Holds are the worst case: the budget is used up to less than one of them.
     assert limit - usd(book) < WORST
     assert book.holds == {} and book.waiting == ()
-    assert driver.state("chat").holds == {}
+    assert driver.state("chat").budgets.holds == {}
 
 
 def test_a_tenant_and_its_route_are_two_ledgers_both_asked() -> None:
@@ -143,7 +143,7 @@ def test_copies_re_sent_after_a_crash_count_once() -> None:
     from app.contract import BudgetAsk, BudgetSettle
     from app.routing.budget import ask, settle
     from app.routing.budget_route import on_verdict
-    from app.routing.state import Hold
+    from app.routing.state import Hold, RouteBudgets
 
     limits = Budget(scope="route", name="chat", usd_per_day=1.0)
     question = BudgetAsk(
@@ -164,6 +164,7 @@ def test_copies_re_sent_after_a_crash_count_once() -> None:
     assert usd(book) == pytest.approx(0.004) and book.holds == {}
     # On the route: a copy of a verdict for an attempt already held and in flight gives
     # nothing back (its settlement will count its cost).
-    route = RouteState(holds={"r0#1": Hold(("route:chat",), 0.01, granted=True)})
+    held = {"r0#1": Hold(("route:chat",), 0.01, granted=True)}
+    route = RouteState(budgets=RouteBudgets(holds=held))
     (verdict,) = first
     assert on_verdict(route, verdict).records == []

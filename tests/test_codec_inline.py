@@ -1,5 +1,6 @@
-"""A record written inline in its parent's object (app/routing/codec.py ``Format.inline``):
-the row is the one a parent holding the record's fields itself writes, both ways."""
+"""A record written inline in its parent's object (app/routing/codec.py ``Format.inline``,
+its keys placed by ``Format.after``): the row is the one a parent holding the record's
+fields itself writes, both ways."""
 
 from __future__ import annotations
 
@@ -53,6 +54,29 @@ def test_inline_fields_are_the_keys_a_flat_record_writes(flat: Flat) -> None:
     assert nested_codec.decoder(Nested)({}) == Nested()
 
 
+@record
+class Apart:
+    inner: Inner = field(default_factory=Inner)
+    a: int = 0
+    d: int = -1
+
+
+APART = Format(
+    sparse={Inner: ("names",), Apart: ("d",)},
+    inline={(Apart, "inner"): {"items": "b", "names": "c"}},
+    after={Apart: {"b": "a", "c": "b"}},
+)
+
+
+@pytest.mark.parametrize("flat", [Flat(), Flat(1, {"x": 0.5}, ["y"], 3), Flat(c=["z"], d=5)])
+def test_inline_fields_may_be_apart_from_each_other(flat: Flat) -> None:
+    apart = Apart(Inner(flat.b, flat.c), flat.a, flat.d)
+    flat_row = Codec(FLAT).encoder(Flat)(flat)
+    codec = Codec(APART)
+    assert list(codec.encoder(Apart)(apart).items()) == list(flat_row.items())
+    assert codec.decoder(Apart)(flat_row) == apart
+
+
 def test_an_inline_record_is_written_in_place_without_sparse_fields() -> None:
     form = Format(inline={(Nested, "inner"): {}})
     row = Codec(form).encoder(Nested)(Nested(2, Inner({"x": 1.0}, ["n"]), 4))
@@ -66,3 +90,6 @@ def test_an_inline_record_that_cannot_be_read_back_is_refused() -> None:
     arrays = Format(arrays={Inner: None}, inline={(Nested, "inner"): {}})
     with pytest.raises(TypeError, match="inline"):
         Codec(arrays).decoder(Nested)
+    unknown = Format(after={Nested: {"d": "e"}})
+    with pytest.raises(TypeError, match="cannot follow"):
+        Codec(unknown).encoder(Nested)

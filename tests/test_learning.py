@@ -256,7 +256,7 @@ def test_tenant_target_takes_precedence_and_is_traced_in_the_decision() -> None:
     assert decision.context is not None and decision.context.startswith("acme|")
     assert decision.cost_target_usd == 0.002 and decision.context_level == "*"
     assert decision.pacer_multiplier == pytest.approx(0.002 / 0.05 - 0.005)
-    assert step.state.pacers["tenant:acme"].requests == 1
+    assert step.state.budgets.pacers["tenant:acme"].requests == 1
 
 
 def test_learning_defaults_trace_nothing() -> None:

@@ -63,7 +63,7 @@ def test_a_pydantic_row_loads_and_is_written_back_byte_for_byte() -> None:
     assert arm.evidence["code"].square == 0.5625
     assert state.parking.parked["req-3#2"].tried == ["b:m1"]
     assert state.rate.tenants["acme"].count == 4
-    assert state.pacers["tenant:acme"].multiplier == 0.0
+    assert state.budgets.pacers["tenant:acme"].multiplier == 0.0
     assert state.parking.line.blocked_at == 4240
     # Written back: the same keys, in the same order, with the same values.
     assert dumps(state) == orjson.dumps(json.loads(PYDANTIC_ROW))

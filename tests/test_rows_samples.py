@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import sys
 import types
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, Field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -84,19 +84,47 @@ def sample(tp: Any, rng: random.Random) -> Any:
 
 
 def sample_record(cls: type[Any], rng: random.Random) -> Any:
-    """A record of ``cls``; one written inline in its parent's row (``ROW_FORMAT.inline``)
-    is drawn field by field in its place, as if its fields were the parent's: a row key
-    gets the same value whether its field is the parent's or a sub-state's."""
-    hints = get_type_hints(cls)
-    values = {}
-    for f in fields(cls):
-        if (cls, f.name) in ROW_FORMAT.inline:
-            values[f.name] = sample_record(hints[f.name], rng)
-            continue
+    """A record of ``cls``, its fields drawn in the order of its row's keys: a record
+    written inline in its parent's row (``ROW_FORMAT.inline``) is drawn field by field
+    where its keys are (``ROW_FORMAT.after``), so a row key gets the same value whether
+    its field is the parent's or a sub-state's."""
+    values: dict[tuple[str, ...], Any] = {}
+    for path, owner, f in row_fields(cls):
         has_default = f.default is not MISSING or f.default_factory is not MISSING
         if not has_default or rng.random() >= 0.3:
-            values[f.name] = sample(hints[f.name], rng)
-    return cls(**values)
+            values[path] = sample(get_type_hints(owner)[f.name], rng)
+    return build(cls, values, ())
+
+
+def row_fields(cls: type[Any]) -> list[tuple[tuple[str, ...], type[Any], Field[Any]]]:
+    """The fields ``cls``'s row holds, in the row's order: each with its path of
+    attributes from a ``cls`` and its class."""
+    keyed: list[tuple[str, tuple[str, ...], type[Any], Field[Any]]] = []
+    for f in fields(cls):
+        keys = ROW_FORMAT.inline.get((cls, f.name))
+        if keys is None:
+            keyed.append((f.name, (f.name,), cls, f))
+            continue
+        for path, owner, inner in row_fields(get_type_hints(cls)[f.name]):
+            key = keys.get(path[0], path[0]) if len(path) == 1 else path[-1]
+            keyed.append((key, (f.name, *path), owner, inner))
+    for key, previous in ROW_FORMAT.after.get(cls, {}).items():
+        moved = next(item for item in keyed if item[0] == key)
+        keyed.remove(moved)
+        keyed.insert(next(i for i, item in enumerate(keyed) if item[0] == previous) + 1, moved)
+    return [(path, owner, f) for _, path, owner, f in keyed]
+
+
+def build(cls: type[Any], values: dict[tuple[str, ...], Any], at: tuple[str, ...]) -> Any:
+    """The ``cls`` at path ``at`` of ``values`` (by path; a field left out: its default)."""
+    arguments = {}
+    for f in fields(cls):
+        path = (*at, f.name)
+        if (cls, f.name) in ROW_FORMAT.inline:
+            arguments[f.name] = build(get_type_hints(cls)[f.name], values, path)
+        elif path in values:
+            arguments[f.name] = values[path]
+    return cls(**arguments)
 
 
 def sample_state(seed: int) -> RouteState:

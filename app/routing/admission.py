@@ -31,7 +31,7 @@ from app.routing.context import level_index
 from app.routing.data_policy import refusal as data_refusal
 from app.routing.data_policy import split_allowed
 from app.routing.dynamic import fall_back, steer
-from app.routing.learning import pacers, prepare
+from app.routing.learning import budgets, prepare
 from app.routing.policy import Policy
 from app.routing.rate_window import admit, prune, retry_after_s
 from app.routing.records import trusted
@@ -235,7 +235,7 @@ def route(
         arms=arms,
         open_attempts=open_attempts,
         expiry_check_at=expiry,
-        pacers=pacers(state, learning),
+        budgets=budgets(state, learning),
     )
     decision = trusted(Decision)(
         id=derived_id("decision", request_id, attempt),

@@ -90,7 +90,7 @@ def ask_first(
     scopes = scopes_of(accepted, policy)
     request_id = accepted.request.request_id
     key = attempt_key(request_id, attempt)
-    hold = state.holds.get(key)
+    hold = state.budgets.holds.get(key)
     if not scopes or (hold is not None and hold.granted):
         return None
     amount = worst_case(accepted, attempt, policy, scopes)
@@ -107,7 +107,7 @@ def ask_first(
     state = replace(
         state,
         parking=state.parking.park(key, parked),
-        holds={**state.holds, key: Hold(scopes, amount.usd)},
+        budgets=state.budgets.hold(key, Hold(scopes, amount.usd)),
     )
     first = BudgetAsk(
         id=derived_id("budget.ask", request_id, attempt, 0),
@@ -128,7 +128,7 @@ def ask_first(
 def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
     """Held: the parked attempt is looked at now. Refused: answered ``budget_exceeded``."""
     key = attempt_key(verdict.request_id, verdict.attempt)
-    hold, parked = state.holds.get(key), state.parking.parked.get(key)
+    hold, parked = state.budgets.holds.get(key), state.parking.parked.get(key)
     if hold is not None and hold.granted:
         return Step(state)  # a copy (a ledger re-sent it): the attempt goes on as held
     if hold is None or parked is None:
@@ -138,7 +138,7 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
         return Step(
             replace(
                 state,
-                holds={**state.holds, key: replace(hold, granted=True)},
+                budgets=state.budgets.hold(key, replace(hold, granted=True)),
                 parking=state.parking.park(key, replace(parked, retry_at=state.clock)),
             )
         )
@@ -151,7 +151,7 @@ def on_verdict(state: RouteState, verdict: BudgetVerdict) -> Step:
     )
     state = replace(
         state,
-        holds={k: v for k, v in state.holds.items() if k != key},
+        budgets=state.budgets.release((key,)),
         parking=state.parking.unpark(key),
     )
     response = error_response(verdict.request_id, verdict.attempt - 1, state.clock, error)
@@ -163,33 +163,32 @@ def settle_attempt(
 ) -> tuple[RouteState, list[RoutingLogEvent]]:
     """An attempt ended: every ledger holding it learns what it used."""
     key = attempt_key(request_id, attempt)
-    hold = state.holds.get(key)
+    hold = state.budgets.holds.get(key)
     if hold is None:
         return state, []
-    holds = {k: v for k, v in state.holds.items() if k != key}
     records = [_settle(state, route, request_id, attempt, s, used) for s in hold.scopes]
-    return replace(state, holds=holds), list(records)
+    return replace(state, budgets=state.budgets.release((key,))), list(records)
 
 
 def give_back_answered(
     state: RouteState, route: str, responses: list[Response]
 ) -> tuple[RouteState, list[RoutingLogEvent]]:
     """Holds of answered requests that no open attempt will settle: given back."""
-    if not state.holds or not responses:
+    holds = state.budgets.holds
+    if not holds or not responses:
         return state, []
     answered = {r.request_id for r in responses}
     done = sorted(
         key
-        for key in state.holds
+        for key in holds
         if key.rpartition("#")[0] in answered and key not in state.open_attempts
     )
     records: list[RoutingLogEvent] = []
     for key in done:
         request_id, _, number = key.rpartition("#")
-        for scope in state.holds[key].scopes:
+        for scope in holds[key].scopes:
             records.append(_settle(state, route, request_id, int(number), scope, Amount()))
-    holds = {k: v for k, v in state.holds.items() if k not in done}
-    return replace(state, holds=holds), records
+    return replace(state, budgets=state.budgets.release(done)), records
 
 
 def _give_back(

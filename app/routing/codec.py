@@ -8,8 +8,9 @@ Read back, every value is made its field's type again (JSON does not tell ``1`` 
 without one must be there). Strings are taken as they are: the values read are trusted
 to be what this codec wrote. A :class:`Format` names where a stored format departs from
 that: fields left out at their default, records written as arrays, records whose fields
-are written inline in their parent's object, values written by hand, older forms brought
-up to date before they are read.
+are written inline in their parent's object, keys written elsewhere than in their
+field's place, values written by hand, older forms brought up to date before they are
+read.
 
 A class's two functions are generated once, as :mod:`dataclasses` generates
 ``__init__`` (and app/routing/state.py ``evolve``), since the router writes a row per
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 import types
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
@@ -59,6 +60,10 @@ class Format:
     #: record's class is written as an object of its fields elsewhere (no array, nothing by
     #: hand, no upgrade).
     inline: Mapping[tuple[type[Any], str], Mapping[str, str]] = field(default_factory=dict)
+    #: Keys of a class's object written after another key instead of in their field's
+    #: place (a record written inline may have its fields apart): by class, each key and
+    #: the key it follows, moved in the order given.
+    after: Mapping[type[Any], Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +235,14 @@ class Codec:
                 members.append(
                     _Member(key, f"{f.name}.{m.path}", m.owner, m.field, m.hint, m.sparse)
                 )
-        if len({m.key for m in members}) != len(members):
+        by_key = {m.key: m for m in members}
+        if len(by_key) != len(members):
             raise TypeError(f"{cls.__name__}: two fields are written under the same key")
+        for key, previous in self._form.after.get(cls, {}).items():
+            if key not in by_key or previous not in by_key or key == previous:
+                raise TypeError(f"{cls.__name__}: {key} cannot follow {previous}")
+            members.remove(by_key[key])
+            members.insert(members.index(by_key[previous]) + 1, by_key[key])
         self._members_of[cls] = members
         return members
 
@@ -266,19 +277,20 @@ class Codec:
             }
             lines.append(f"    return {self._construct(cls, values)}")
         else:
-            members = iter(self._members(cls))
-            lines.append(f"    return {self._construct_object(cls, members)}")
+            members = {m.path: m for m in self._members(cls)}
+            lines.append(f"    return {self._construct_object(cls, members, '')}")
         return "\n".join([*lines, ""])
 
-    def _construct_object(self, cls: type[Any], members: Iterator[_Member]) -> str:
-        """A call building a ``cls`` from object ``j``, taking the keys of its fields (and
-        of those of the records written inline) from ``members``, in field order."""
+    def _construct_object(self, cls: type[Any], members: Mapping[str, _Member], at: str) -> str:
+        """A call building a ``cls`` from object ``j``: the record at path ``at`` of the
+        members' (``""``: the value read, or a record written inline in it)."""
         values: dict[str, str] = {}
         for f in fields(cls):
             if (cls, f.name) in self._form.inline:
-                values[f.name] = self._construct_object(get_type_hints(cls)[f.name], members)
+                inner = get_type_hints(cls)[f.name]
+                values[f.name] = self._construct_object(inner, members, f"{at}{f.name}.")
                 continue
-            m = next(members)
+            m = members[at + f.name]
             key = repr(m.key)
             value = self._read_field(cls, f, m.hint, f"j[{key}]")
             if f.default is not MISSING or f.default_factory is not MISSING:

@@ -2,7 +2,7 @@
 buckets and the budget pacer that applies to it.
 
 :func:`prepare` is called once per decision, before ranking; the pacer it moves
-is written back into the route state with the decision (:func:`pacers`), so a
+is written back into the route state with the decision (:func:`budgets`), so a
 replay of the log moves it the same way.
 """
 
@@ -13,7 +13,7 @@ from app.routing import context, pacer
 from app.routing.capabilities import Needs, needs_of
 from app.routing.policy import Policy
 from app.routing.records import record
-from app.routing.state import Pacer, RouteState
+from app.routing.state import Pacer, RouteBudgets, RouteState
 
 
 @record
@@ -47,7 +47,7 @@ def prepare(state: RouteState, accepted: RequestAccepted, attempt: int, policy: 
     if target is None:
         return Learning(key, chain, needs=needs)
     moved = pacer.advance(
-        state.pacers.get(target.scope),
+        state.budgets.pacers.get(target.scope),
         pacer.spent(state, target.scope),
         target.usd,
         attempt == 1,
@@ -56,8 +56,9 @@ def prepare(state: RouteState, accepted: RequestAccepted, attempt: int, policy: 
     return Learning(key, chain, target, moved, needs)
 
 
-def pacers(state: RouteState, learning: Learning) -> dict[str, Pacer]:
-    """The route's pacers with this decision's update."""
+def budgets(state: RouteState, learning: Learning) -> RouteBudgets:
+    """The route's budgets with this decision's pacer update."""
     if learning.target is None or learning.pacer is None:
-        return state.pacers
-    return {**state.pacers, learning.target.scope: learning.pacer}
+        return state.budgets
+    pacers = {**state.budgets.pacers, learning.target.scope: learning.pacer}
+    return RouteBudgets(pacers, state.budgets.holds)

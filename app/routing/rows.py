@@ -45,6 +45,7 @@ from app.routing.state import (
     Parked,
     Pin,
     ResponseCache,
+    RouteBudgets,
     RouteState,
     Serving,
 )
@@ -78,13 +79,13 @@ ROW_FORMAT = Format(
     sparse={
         RouteState: (
             "policy_version",
-            "holds",
             "node_counts",
             "node_spend",
             "affinity",
             "forwarded_through",
         ),
         ResponseCache: ("entries", "serving"),
+        RouteBudgets: ("holds",),
         # A budget's row written before it had a state of its own is a route's with a
         # ledger: read as this one (the route's fields are not read), written without them.
         BudgetState: ("policy_version", "ledger"),
@@ -107,7 +108,10 @@ ROW_FORMAT = Format(
     inline={
         (RouteState, "parking"): {},
         (RouteState, "cache"): {"entries": "cache", "serving": "cache_serving"},
+        (RouteState, "budgets"): {},
     },
+    # Where the route's holds were before they were its budgets' (its pacers are in place).
+    after={RouteState: {"holds": "policy_version"}},
 )
 _ROWS = Codec(ROW_FORMAT)
 

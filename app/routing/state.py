@@ -9,14 +9,14 @@ ones). The row is JSON (:mod:`app.routing.rows`); floats round-trip exactly, so 
 from the changelog or by a replay is bit-identical to the live one.
 
 A feature's own fields are a sub-state of the route state (``parking``: :class:`Parking`;
-``cache``: :class:`ResponseCache`), a record like the others; the row writes its fields
-as keys of the route's own object, where they were before the feature had a record of
-its own.
+``cache``: :class:`ResponseCache`; ``budgets``: :class:`RouteBudgets`), a record like the
+others; the row writes its fields as keys of the route's own object, where they were
+before the feature had a record of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -256,6 +256,24 @@ class Hold:
 
 
 @record
+class RouteBudgets:
+    """Budgets on a route: the budget pacers (app/routing/pacer.py) by scope (``route``,
+    ``tenant:NAME``), and the attempts under budgets by ``request_id#attempt``
+    (app/routing/budget_route.py)."""
+
+    pacers: dict[str, Pacer] = field(default_factory=dict)
+    holds: dict[str, Hold] = field(default_factory=dict)
+
+    def hold(self, key: str, hold: Hold) -> RouteBudgets:
+        """With ``hold`` under ``key`` (in its place if the key is there already)."""
+        return RouteBudgets(self.pacers, {**self.holds, key: hold})
+
+    def release(self, keys: Container[str]) -> RouteBudgets:
+        """Without the holds under ``keys``."""
+        return RouteBudgets(self.pacers, {k: v for k, v in self.holds.items() if k not in keys})
+
+
+@record
 class Line:
     """Requests of this route that wait in the routing log itself, in arrival order.
 
@@ -324,16 +342,14 @@ class RouteState:
     rate: RateWindow = field(default_factory=RateWindow)
     #: Attempts and new requests waiting for a deployment (app/routing/parking.py).
     parking: Parking = field(default_factory=Parking)
-    #: Budget pacers (app/routing/pacer.py) by scope: ``route``, ``tenant:NAME``.
-    pacers: dict[str, Pacer] = field(default_factory=dict)
+    #: Budget pacers and the attempts under budgets.
+    budgets: RouteBudgets = field(default_factory=RouteBudgets)
     #: Ids of the grades folded last (at most ``RECENT_GRADES``): a grade the matcher
     #: re-sent after a crash (same id) is counted once (app/routing/grading.py).
     recent_grades: list[str] = field(default_factory=list)
     #: The policy version in force on the route: the last ``policy.changed``
     #: folded (0: none yet, the first version applies).
     policy_version: int = 0
-    #: Attempts under budgets, by ``request_id#attempt``.
-    holds: dict[str, Hold] = field(default_factory=dict)
     #: Dynamic routes' rate nodes: requests per window, by
     #: ``graph/node/subject``; and their budget nodes' spend: (period, USD).
     node_counts: RateWindow = field(default_factory=RateWindow)
