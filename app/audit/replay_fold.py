@@ -5,7 +5,9 @@ folds the whole log with it, a parallel replay's worker (:mod:`app.audit.replay_
 its chunk. Each event goes through the router's own
 :class:`~app.routing.driver.Driver` with its offset as ``position``; an event the
 router skipped (a duplicate: ``Step.applied`` False) is skipped the same way, and a
-record whose fold raises (the router dead-letters it) changes no state.
+record whose fold raises (the router dead-letters it) changes no state. Both read the
+log's policy versions before folding (:func:`policy_book`), and report them with their
+config hashes (:func:`versions_of`).
 
 This module imports the fold and the event contract only: the workers import it.
 """
