@@ -10,7 +10,7 @@ completion, delivered as this request's response.
 
 The state holds references, never text: an entry is the source's request id and the
 routing-log position of its ``attempt.finished`` (which carries the completion). A hit
-puts a :class:`~app.routing.state.Serving` in the state; :func:`app.routing.fold.wanted`
+puts a :class:`~app.routing.cache_state.Serving` in the state; :func:`app.routing.fold.wanted`
 then asks the driver for the event at that position (from memory, or read back from the
 routing topic, as a parked attempt's carrier is), and :func:`answer` builds the
 response from it, in the same step. Replay folds the same events, finds the same entry
@@ -45,16 +45,10 @@ from app.contract import (
 )
 from app.routing.answers import answers, at
 from app.routing.attempts import first_attempt
+from app.routing.cache_state import CacheEntry, CacheRef, ResponseCache, Serving
 from app.routing.policy import Policy
 from app.routing.records import trusted
-from app.routing.state import (
-    CacheEntry,
-    CacheRef,
-    ResponseCache,
-    RouteState,
-    Serving,
-    evolve_route,
-)
+from app.routing.state import RouteState, evolve_route
 from app.routing.steps import Step
 
 #: The ``algorithm_version`` of a decision answered from the cache.

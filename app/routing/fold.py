@@ -69,6 +69,7 @@ from app.routing.answers import (
 from app.routing.attempts import attempts_allowed, first_attempt
 from app.routing.budget_route import give_back_answered, on_verdict, settle_attempt
 from app.routing.budget_state import Amount
+from app.routing.cache_state import ResponseCache
 from app.routing.capabilities import learn_window
 from app.routing.dynamic import count_spend, fall_back
 from app.routing.feedback import apply_outcome
@@ -79,7 +80,6 @@ from app.routing.state import (
     NEW_ARM,
     Line,
     Parking,
-    ResponseCache,
     RouteState,
     attempt_key,
     evolve_arm,

@@ -34,20 +34,17 @@ from typing import Any
 import orjson
 
 from app.routing.budget_state import Amount, BudgetState, Ledger, Spent, Waiting
+from app.routing.cache_state import CacheEntry, CacheRef, ResponseCache, Serving
 from app.routing.codec import Codec, Format
 from app.routing.keys import KeyState, is_ledger_key
 from app.routing.rate_window import RateWindow, TenantWindow
 from app.routing.state import (
     ArmState,
-    CacheEntry,
-    CacheRef,
     OpenAttempt,
     Parked,
     Pin,
-    ResponseCache,
     RouteBudgets,
     RouteState,
-    Serving,
 )
 
 Row = dict[str, Any]
