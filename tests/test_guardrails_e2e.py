@@ -169,7 +169,8 @@ async def test_the_provider_is_sent_a_prompt_redacted_and_a_blocked_prompt_is_re
     env: Env,
 ) -> None:
     client = env.client()
-    marker = uuid.uuid4().hex
+    # Letters only: a uuid's hex digits can hold a run the card detector rightly redacts.
+    marker = uuid.uuid4().hex.translate(str.maketrans("0123456789", "ghijklmnop"))
     await client.chat.completions.create(
         model="pii", messages=[{"role": "user", "content": f"{marker} my card is {CARD}"}]
     )
