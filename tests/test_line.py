@@ -188,3 +188,21 @@ def test_the_live_memory_keeps_a_waiting_request_as_its_record_bytes() -> None:
     memory = driver.recall("chat")
     assert memory.line == [(1, raw)] and memory.line_bytes == len(raw)
     assert memory.head_after(0) == (1, second)
+
+
+def test_cached_answers_are_kept_within_the_bound_and_free_it_when_dropped() -> None:
+    """The answers a response cache refers to count against the recall bound; an answer
+    the cache no longer holds gives its room back."""
+    from app.routing.driver import Recall
+    from app.routing.state import RouteState
+
+    first, second = burst(2)
+    size = len(first.model_dump_json())
+    memory = Recall(max_bytes=size)
+    memory.keep_answer(0, first, size)
+    memory.keep_answer(1, second, size)  # past the bound: read back from the log instead
+    assert list(memory.answers) == [0] and memory.answer_bytes == size
+    memory.prune(RouteState())  # the cache holds nothing now
+    assert memory.answers == {} and memory.answer_bytes == 0
+    memory.keep_answer(1, second, size)
+    assert list(memory.answers) == [1]

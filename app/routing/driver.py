@@ -80,17 +80,18 @@ class Recall:
     #: response is the source's completion), within ``max_bytes`` of their own.
     answers: dict[int, RoutingLogEvent] = field(default_factory=dict)
     answer_sizes: dict[int, int] = field(default_factory=dict)
+    answer_bytes: int = 0
 
     def keep_answer(self, position: int, event: RoutingLogEvent, size: int) -> None:
         """Keep a cached answer while their total size stays within ``max_bytes``; past
         it, it is read back from the log when a hit needs it."""
         if position in self.answers:
             return
-        used = sum(self.answer_sizes.values())
-        if self.max_bytes is not None and used + size > self.max_bytes:
+        if self.max_bytes is not None and self.answer_bytes + size > self.max_bytes:
             return
         self.answers[position] = event
         self.answer_sizes[position] = size
+        self.answer_bytes += size
 
     def start_line(self, after: int) -> None:
         """The line starts after ``after``: what it holds from now on is all of it."""
@@ -127,8 +128,7 @@ class Recall:
         self.start_line(after)
         for position, event, raw in events:
             if isinstance(event, RequestAccepted):
-                size = len(raw) if raw is not None else len(event.model_dump_json())
-                self.keep_line(position, event, size, raw)
+                self.keep_line(position, event, record_size(event, raw), raw)
         if not up_to_date:
             self.complete = False
 
@@ -151,7 +151,7 @@ class Recall:
             cached = {e.position for e in state.cache.entries.values()}
             for position in [p for p in self.answers if p not in cached]:
                 del self.answers[position]
-                self.answer_sizes.pop(position, None)
+                self.answer_bytes -= self.answer_sizes.pop(position, 0)
         line = state.parking.line
         if not line.waiting:
             self._clear_line()
@@ -166,6 +166,11 @@ class Recall:
         self.line.clear()
         self.sizes.clear()
         self.line_bytes = 0
+
+
+def record_size(event: RoutingLogEvent, raw: bytes | None) -> int:
+    """What an event weighs against a recall bound: its record's bytes when known."""
+    return len(raw) if raw is not None else len(event.model_dump_json())
 
 
 def find_in_log(log: Mapping[int, RoutingLogEvent], route: str, want: Want) -> Recalled | None:
@@ -333,9 +338,7 @@ class Driver:
         if waited == 0 and parking.line.waiting:
             memory.start_line(parking.line.after)
         if parking.line.waiting > waited and isinstance(event, RequestAccepted):
-            size = 0
-            if memory.max_bytes is not None:
-                size = len(raw) if raw is not None else len(event.model_dump_json())
+            size = 0 if memory.max_bytes is None else record_size(event, raw)
             memory.keep_line(position, event, size, raw)
         if parking.parked and any(p.carrier == position for p in parking.parked.values()):
             memory.carriers[position] = event
@@ -343,7 +346,5 @@ class Driver:
         if entries and isinstance(event, AttemptFinished):
             newest = next(reversed(entries.values()))
             if newest.position == position:  # this answer was just cached
-                size = 0
-                if memory.max_bytes is not None:
-                    size = len(raw) if raw is not None else len(event.model_dump_json())
+                size = 0 if memory.max_bytes is None else record_size(event, raw)
                 memory.keep_answer(position, event, size)

@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from app.compat.tansu import fetch_max_wait_ms
 from app.contract import RequestAccepted, RoutingLogEvent, route_of
 from app.kafka import client_security
-from app.routing.driver import Recall, Recalled
+from app.routing.driver import Recall, Recalled, record_size
 from app.routing.fold import Want
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class LogReader:
                 return want.position, found
             if want.kind == "cached":  # the answer a response-cache hit gives again
                 found = await self._read_one(consumer, tp, want.position)
-                memory.keep_answer(want.position, found, len(found.model_dump_json()))
+                memory.keep_answer(want.position, found, record_size(found, None))
                 return want.position, found
             events, up_to_date = await self._read_line(
                 consumer, tp, route, want.position, through, memory.max_bytes
