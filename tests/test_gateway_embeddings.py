@@ -41,6 +41,11 @@ CHAT_DEPLOYMENTS = {f"{m.provider_id}:{m.model}" for m in CHATS}
 
 def _providers_yaml(sim: SimulatedProviders) -> str:
     config = providers_config(sim.base_urls(), sim.models, time_scale=sim.time_scale)
+    # The scaled timeouts (250 ms for the embeddings deployments) can fire before an
+    # outage's immediate 503 reaches a worker on a loaded machine; this module's fallback
+    # is about that 503, so every call may take 10 s (the answers take milliseconds).
+    for entry in config["providers"]:
+        entry["timeout_ms"] = 10_000
     config["routes"]["mixed"] = {"providers": sim.provider_ids}
     config["gateway_keys"] = [{"sha256": hash_key(KEY), "tenant": "acme", "name": "app"}]
     return str(yaml.safe_dump(config))
