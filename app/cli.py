@@ -219,6 +219,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "outage": ("bench.outage", "the 47-minute outage of the favourite deployment, live (llmock)"),
     "crash": ("bench.crash", "SIGKILL the worker under load; count what was lost"),
     "throughput": ("bench.throughput", "one worker's throughput and overhead vs LiteLLM"),
+    "hops": ("bench.hops", "where a request's added time goes, stage by stage, in µs"),
     "poison": ("bench.poison", "10,030 malformed records among 1,000 valid: dead letters, crashes"),
     "burst": ("bench.burst", "N requests at once to one worker: refused, drained, state size"),
     "backlog": ("bench.backlog", "stop the worker under load, restart it: fates, breakers"),

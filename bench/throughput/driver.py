@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # imported where used: `switchyard` imports this module at ev
 class Trace:
     """One request through the stack: wall-clock times (epoch s) and record timestamps."""
 
+    request_id: str = ""
     published: float = 0.0
     #: ``CreateTime`` of its first decision, outcome(s) and response records (epoch s).
     decision_at: float | None = None
@@ -133,7 +134,7 @@ class StackDriver:
             request_id = f"bench-{self._count:07d}"
             future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self.pending[request_id] = future
-            trace = self.traces[request_id] = Trace(published=time.time())
+            trace = self.traces[request_id] = Trace(request_id, published=time.time())
             started = time.perf_counter()
             try:
                 await self._publisher.publish(

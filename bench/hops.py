@@ -1,0 +1,266 @@
+"""``switchyard bench hops``: where a request's added time goes, stage by stage.
+
+Why: ``bench throughput`` splits a request's time with the records' timestamps, which
+are whole milliseconds and say nothing of what happens inside the worker. This bench
+puts a clock on each stage (bench/hop_clock: the worker's own functions, wrapped in the
+bench's worker only) and drives one worker at a light fixed rate, so each stage is
+measured in microseconds, and beside them what the broker's round trips cost alone on
+the same broker in the same run: a plain producer's acknowledged send, and a record
+from a plain producer to a plain consumer (the clients the driver uses).
+
+    switchyard bench hops --broker kafka [--requests 300] [--rate 20]
+
+The stages of a one-attempt request, as :data:`STAGES` names them; three are the
+broker's round trips (the request hop, the routing record's acknowledgement, the
+response hop), the others the worker's own work. ``added`` is what ``bench throughput``
+calls it: end to end less the provider call the outcome reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import glob
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.hop_clock import SITE_DIR, STAMPS_ENV
+from bench.throughput.driver import StackDriver, Trace
+from bench.throughput.loads import closed_loop, fixed_count
+from bench.throughput.mocks import MockServer
+from bench.throughput.stats import latency_dict
+from bench.throughput.switchyard import providers_yaml
+
+#: ``(name, from, to, whose)``: a stage runs from one stamp to the next; ``published`` and
+#: ``received`` are the driver's, the others the worker's (bench/hop_clock).
+STAGES: tuple[tuple[str, str, str, str], ...] = (
+    ("request hop: publish, broker, fetch", "published", "fetched", "broker"),
+    ("aiokafka's records leave the consumer thread", "fetched", "thread_returned", "worker"),
+    ("the consumer thread hands them to the loop", "thread_returned", "main_loop_got", "worker"),
+    ("Faust's streams bring the request to ingest", "main_loop_got", "ingest", "worker"),
+    ("ingest: validate, understand, send", "ingest", "routing_sent", "worker"),
+    ("routing record acknowledged", "routing_sent", "routing_acked", "broker"),
+    ("local fold, decision, hand-off", "routing_acked", "launched", "worker"),
+    ("hand-off to the call", "launched", "call_started", "worker"),
+    ("provider call (the mock)", "call_started", "call_ended", "provider"),
+    ("outcome sealed", "call_ended", "publishing", "worker"),
+    ("response hop: publish, broker, fetch", "publishing", "received", "broker"),
+)  # fmt: skip
+#: Stamps of the records the worker fetched, by topic, partition and first offset.
+FETCH_STAMPS = ("fetched", "thread_returned", "main_loop_got")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from app.embedded.brokers import add_broker_flag
+
+    add_broker_flag(parser)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=20.0, help="requests per second")
+    parser.add_argument("--latency-ms", type=int, default=20, help="the mock's latency")
+    parser.add_argument("--out", type=Path, default=Path("results"))
+
+
+def run(args: argparse.Namespace) -> int:
+    result = asyncio.run(measure(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"hops-{args.broker}.json"
+    path.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    print_report(result)
+    print(f"wrote {path}")
+    return 0
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from app.embedded.stack import EmbeddedStack
+
+    with tempfile.TemporaryDirectory(prefix="switchyard-hops-") as work:
+        mock = MockServer("light", args.latency_ms, Path(work)).start()
+        try:
+            stack = EmbeddedStack(
+                providers_yaml=providers_yaml([mock], 2),
+                env={
+                    "SWITCHYARD_LOG_LEVEL": "warn",
+                    STAMPS_ENV: work,
+                    "PYTHONPATH": os.pathsep.join(
+                        p for p in (str(SITE_DIR), os.environ.get("PYTHONPATH", "")) if p
+                    ),
+                },
+                broker_kind=args.broker,
+            )
+            async with stack:
+                traces, requests_topic = await _drive(stack, args)
+                floor = await broker_floor(stack.broker.bootstrap, args.requests, args.rate)
+        finally:
+            mock.stop()
+        stamps = read_stamps(glob.glob(os.path.join(work, "stamps-*.tsv")), requests_topic)
+    stages, added = stage_times(traces, stamps)
+    if not added:
+        raise RuntimeError("no request had every stamp: is the clock installed in the worker?")
+    return {
+        "broker": args.broker,
+        "requests": args.requests,
+        "rate": args.rate,
+        "date": time.strftime("%Y-%m-%d"),
+        "stages_ms": {name: latency_dict(v) for name, v in stages.items()},
+        "added_ms": latency_dict(added),
+        "floor_ms": {name: latency_dict(v) for name, v in floor.items()},
+    }
+
+
+async def _drive(stack: Any, args: argparse.Namespace) -> tuple[list[Trace], str]:
+    driver = await StackDriver(stack).start()
+    try:
+        call = driver.call("chat-light")
+        await closed_loop(call, concurrency=4, count=16, max_seconds=90.0, timeout_s=60.0)
+        await asyncio.sleep(1.5)  # the warm-up's trailing records go by
+        mark = driver.issued
+        await fixed_count(call, rate=args.rate, count=args.requests, timeout_s=30.0)
+        await asyncio.sleep(1.0)  # outcomes may trail their responses
+        return driver.since(mark), stack.topics.requests
+    finally:
+        await driver.stop()
+
+
+class Stamps:
+    """The worker's stamps: per request id, and per fetched partition batch."""
+
+    def __init__(self) -> None:
+        self.by_request: dict[str, dict[str, float]] = {}
+        self.position: dict[str, tuple[int, int]] = {}
+        #: ``(stamp, partition)``: sorted ``(first offset, time)`` of each fetched batch.
+        self.batches: dict[tuple[str, int], list[tuple[int, float]]] = {}
+
+    def fetch_time(self, stamp: str, partition: int, offset: int) -> float | None:
+        """When the batch holding ``offset`` passed ``stamp``: the last batch that starts
+        at or before it (a request is in the newest batch begun before its offset)."""
+        batches = self.batches.get((stamp, partition), [])
+        at = bisect.bisect_right(batches, (offset, float("inf")))
+        return batches[at - 1][1] if at else None
+
+
+def read_stamps(paths: Sequence[str], requests_topic: str) -> Stamps:
+    stamps = Stamps()
+    for path in paths:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                when, what, *fields = line.rstrip("\n").split("\t")
+                if what in FETCH_STAMPS:
+                    topic, partition, offset = fields
+                    if topic == requests_topic:
+                        batch = stamps.batches.setdefault((what, int(partition)), [])
+                        batch.append((int(offset), float(when)))
+                    continue
+                request_id = fields[0]
+                stamps.by_request.setdefault(request_id, {}).setdefault(what, float(when))
+                if what == "ingest":
+                    stamps.position[request_id] = (int(fields[1]), int(fields[2]))
+    for batch in stamps.batches.values():
+        batch.sort()
+    return stamps
+
+
+def stage_times(
+    traces: Sequence[Trace], stamps: Stamps
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Milliseconds per stage, and the added time, of each one-attempt answered request
+    that has every stamp."""
+    stages: dict[str, list[float]] = {name: [] for name, *_ in STAGES}
+    added: list[float] = []
+    for trace in traces:
+        request_id = trace.request_id
+        own = stamps.by_request.get(request_id)
+        position = stamps.position.get(request_id)
+        if trace.outcomes != 1 or trace.received is None or trace.e2e_ms is None:
+            continue
+        if own is None or position is None:
+            continue
+        times = {**own, "published": trace.published, "received": trace.received}
+        for stamp in FETCH_STAMPS:
+            found = stamps.fetch_time(stamp, *position)
+            if found is not None:
+                times[stamp] = found
+        if not all(start in times and end in times for _, start, end, _ in STAGES):
+            continue
+        for name, start, end, _ in STAGES:
+            stages[name].append((times[end] - times[start]) * 1000.0)
+        added.append(trace.e2e_ms - trace.provider_ms)
+    return stages, added
+
+
+async def broker_floor(bootstrap: str, count: int, rate: float) -> dict[str, list[float]]:
+    """What the broker's round trips cost alone, at ``rate``: a plain producer's send until
+    acknowledged (``acks=all``, as the worker's), and a record from that producer to a
+    plain consumer (the driver's :class:`~app.client.TopicFollower`), ms."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from app.client import TopicFollower
+    from app.kafka import DURABLE_PRODUCER
+
+    topic = f"bench-hops-floor-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, **DURABLE_PRODUCER)
+    await producer.start()
+    follower = await TopicFollower(bootstrap, [topic]).start()
+    acked: list[float] = []
+    hop: list[float] = []
+    held: list[Any] = []
+
+    async def next_record() -> None:
+        while not held:
+            held.extend(await follower.poll(timeout_ms=1000))
+        held.pop(0)
+
+    try:
+        await (await producer.send(topic, b"warm"))
+        await next_record()
+        for n in range(count):
+            started = time.perf_counter()
+            await (await producer.send(topic, b"x" * 300, key=str(n).encode()))
+            acked.append((time.perf_counter() - started) * 1000.0)
+            await asyncio.sleep(0.5 / rate)
+            started = time.perf_counter()
+            await producer.send(topic, b"y" * 300, key=str(n).encode())
+            await next_record()  # the acknowledged record's copy
+            await next_record()
+            hop.append((time.perf_counter() - started) * 1000.0)
+            await asyncio.sleep(0.5 / rate)
+    finally:
+        await follower.stop()
+        await producer.stop()
+    return {"acknowledged send": acked, "record from producer to consumer": hop}
+
+
+def print_report(result: Mapping[str, Any]) -> None:
+    """Markdown: each stage's p50 / p95, the added time, the broker's round trips alone."""
+    print(
+        f"\n### bench hops on {result['broker']}: {result['requests']} requests at "
+        f"{result['rate']:g}/s, one worker\n"
+    )
+    print("| stage | whose | p50 ms | p95 ms |\n|---|---|---:|---:|")
+    whose = {name: owner for name, _, _, owner in STAGES}
+    totals: dict[str, float] = {}
+    for name, summary in result["stages_ms"].items():
+        if summary is None:
+            continue
+        totals[whose[name]] = totals.get(whose[name], 0.0) + summary["p50"]
+        print(f"| {name} | {whose[name]} | {summary['p50']:.2f} | {summary['p95']:.2f} |")
+    added = result["added_ms"]
+    print(f"| **added** (end to end less the provider call) | | {added['p50']:.2f} | "
+          f"{added['p95']:.2f} |")  # fmt: skip
+    for name, summary in result["floor_ms"].items():
+        print(f"| the broker alone: {name} | broker | {summary['p50']:.2f} | "
+              f"{summary['p95']:.2f} |")  # fmt: skip
+    print("\nSums of the stages' p50s: " + ", ".join(f"{k} {v:.2f} ms" for k, v in totals.items()))

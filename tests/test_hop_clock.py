@@ -1,0 +1,99 @@
+"""``bench hops``'s stage clock (bench/hop_clock) and how its stamps become stages."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench import hop_clock
+from bench.hop_clock import SITE_DIR, STAMPS_ENV, TARGETS
+from bench.hops import STAGES, read_stamps, stage_times
+from bench.throughput.driver import Trace
+
+
+@pytest.mark.parametrize(("module", "attribute", "parameters"), TARGETS)
+def test_every_wrapped_function_is_there_with_its_parameters(
+    module: str, attribute: str, parameters: tuple[str, ...]
+) -> None:
+    """A rename in the agents, Faust or aiokafka fails here, not as a report of no stages."""
+    found: object = importlib.import_module(module)
+    for name in attribute.split("."):
+        found = getattr(found, name)
+    assert callable(found)
+    names = list(inspect.signature(found).parameters)
+    assert names[: len(parameters)] == list(parameters)
+
+
+def test_every_target_has_its_wrapper() -> None:
+    assert {module for module, _, _ in TARGETS} == set(hop_clock._WRAPPERS)
+
+
+def test_the_site_directory_installs_the_clock_in_a_process_given_a_directory(
+    tmp_path: Path,
+) -> None:
+    """A process started with the site directory on its path and the variable set writes
+    stamps from the wrapped functions; without the variable it wraps nothing."""
+    script = textwrap.dedent(
+        """
+        import agents.handoff as handoff
+        wrapped = handoff.launch.__qualname__ != "launch"
+        print("wrapped" if wrapped else "plain")
+        """
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {"PYTHONPATH": f"{SITE_DIR}:{root}", "PATH": "/usr/bin:/bin"}
+    plain = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert plain.stdout.strip().splitlines()[-1] == "plain", plain.stderr[-2000:]
+    clocked = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, STAMPS_ENV: str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert clocked.stdout.strip().splitlines()[-1] == "wrapped", clocked.stderr[-2000:]
+    assert list(tmp_path.glob("stamps-*.tsv"))
+
+
+def _trace(request_id: str, published: float, received: float) -> Trace:
+    return Trace(
+        request_id, published=published, received=received, outcomes=1,
+        provider_ms=20.0, e2e_ms=(received - published) * 1000.0,
+    )  # fmt: skip
+
+
+def test_stamps_become_stages_for_the_requests_that_have_them_all(tmp_path: Path) -> None:
+    t = 1000.0
+    lines = [
+        # One fetched batch of partition 2 starting at offset 7, holding offsets 7 and 8.
+        (t + 0.001, "fetched", "llm.requests", 2, 7),
+        (t + 0.0012, "thread_returned", "llm.requests", 2, 7),
+        (t + 0.0015, "main_loop_got", "llm.requests", 2, 7),
+        (t + 0.0009, "fetched", "llm.responses", 0, 7),  # another topic: not the request's
+        (t + 0.002, "ingest", "a", 2, 8),
+        (t + 0.0025, "routing_sent", "a"),
+        (t + 0.0035, "routing_acked", "a"),
+        (t + 0.004, "launched", "a"),
+        (t + 0.0042, "call_started", "a"),
+        (t + 0.0242, "call_ended", "a"),
+        (t + 0.0245, "publishing", "a"),
+        (t + 0.002, "ingest", "b", 2, 6),  # before any batch of its partition: no stages
+    ]
+    path = tmp_path / "stamps-1.tsv"
+    path.write_text("".join("\t".join([f"{w:.6f}", *map(str, rest)]) + "\n" for w, *rest in lines))
+    stamps = read_stamps([str(path)], "llm.requests")
+    traces = [_trace("a", t, t + 0.027), _trace("b", t, t + 0.027), _trace("c", t, t + 0.03)]
+    stages, added = stage_times(traces, stamps)
+    assert added == pytest.approx([7.0])
+    got = {name: values[0] for name, values in stages.items()}
+    expected = [1.0, 0.2, 0.3, 0.5, 0.5, 1.0, 0.5, 0.2, 20.0, 0.3, 2.5]
+    assert list(got) == [name for name, *_ in STAGES]
+    assert list(got.values()) == pytest.approx(expected, abs=1e-3)
