@@ -64,13 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second")
     parser.add_argument("--latency-ms", type=int, default=20, help="the mock's latency")
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="the worker in exactly-once mode (Kafka): the decision's stage then holds the "
+        "router's commit and the dispatch's read back, the response hop the call's commit",
+    )
     parser.add_argument("--out", type=Path, default=Path("results"))
 
 
 def run(args: argparse.Namespace) -> int:
     result = asyncio.run(measure(args))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"hops-{args.broker}.json"
+    mode = "-exactly-once" if args.exactly_once else ""
+    path = args.out / f"hops-{args.broker}{mode}.json"
     path.write_text(json.dumps(result, indent=2), encoding="utf-8")
     print_report(result)
     print(f"wrote {path}")
@@ -87,6 +94,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 providers_yaml=providers_yaml([mock], 2),
                 env={
                     "SWITCHYARD_LOG_LEVEL": "warn",
+                    **({"SWITCHYARD_EXACTLY_ONCE": "1"} if args.exactly_once else {}),
                     STAMPS_ENV: work,
                     "PYTHONPATH": os.pathsep.join(
                         p for p in (str(SITE_DIR), os.environ.get("PYTHONPATH", "")) if p
@@ -105,6 +113,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError("no request had every stamp: is the clock installed in the worker?")
     return {
         "broker": args.broker,
+        "exactly_once": args.exactly_once,
         "requests": args.requests,
         "rate": args.rate,
         "date": time.strftime("%Y-%m-%d"),
@@ -202,16 +211,18 @@ async def broker_floor(bootstrap: str, count: int, rate: float) -> dict[str, lis
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     from app.client import TopicFollower
-    from app.kafka import DURABLE_PRODUCER
+    from app.kafka import DURABLE_PRODUCER, client_security
 
     topic = f"bench-hops-floor-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_security())
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, 1, 1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, **DURABLE_PRODUCER)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=0, **DURABLE_PRODUCER, **client_security()
+    )
     await producer.start()
     follower = await TopicFollower(bootstrap, [topic]).start()
     acked: list[float] = []
@@ -245,8 +256,9 @@ async def broker_floor(bootstrap: str, count: int, rate: float) -> dict[str, lis
 
 def print_report(result: Mapping[str, Any]) -> None:
     """Markdown: each stage's p50 / p95, the added time, the broker's round trips alone."""
+    mode = ", exactly once" if result.get("exactly_once") else ""
     print(
-        f"\n### bench hops on {result['broker']}: {result['requests']} requests at "
+        f"\n### bench hops on {result['broker']}{mode}: {result['requests']} requests at "
         f"{result['rate']:g}/s, one worker\n"
     )
     print("| stage | whose | p50 ms | p95 ms |\n|---|---|---:|---:|")
