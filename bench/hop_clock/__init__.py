@@ -119,9 +119,9 @@ def _ingest(module: Any, stamp: Stamps) -> None:
 def _handoff(module: Any, stamp: Stamps) -> None:
     original = module.launch
 
-    def launch(dispatch: Any, partition: int | None = None) -> Any:
+    def launch(dispatch: Any, *args: Any, **kwargs: Any) -> Any:
         stamp("launched", dispatch.accepted.request.request_id)
-        return original(dispatch, partition)
+        return original(dispatch, *args, **kwargs)
 
     module.launch = launch
 
