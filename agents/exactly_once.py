@@ -112,6 +112,16 @@ async def caught_up(partition: int, route: str) -> bool:
     return False
 
 
+def caught_up_now(partition: int) -> bool:
+    """What :func:`caught_up` waits for, when it is known without a wait: this worker owns
+    the partition, measured where its routing log stood when it got it, and the router has
+    folded that far."""
+    if not owns(partition):
+        return False
+    end = _catch_up.known_end(partition)
+    return end is not None and folded.through.get(partition, -1) >= end - 1
+
+
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _stop(sender: Any, *args: Any, **kwargs: Any) -> None:
     if ON:

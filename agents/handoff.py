@@ -28,6 +28,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any, cast
 
 from faust import StreamT
@@ -68,20 +69,38 @@ async def hand_off(dispatch: Dispatch, send: Sender = direct) -> asyncio.Future[
     """Call here at once (the record, keyed by route, covers a crash), or spill the call to
     any worker when this one has no room. Returns the record's delivery future.
 
-    Exactly-once (``send`` into the router's transaction): only the record; the call
-    starts once the hand-off agent reads it committed (:func:`_take_committed`).
+    Exactly-once (``send`` into the router's transaction): the record; the call starts
+    once the transaction is committed (:func:`_call_committed`), or once the hand-off
+    agent reads the record committed (:func:`_take_committed`).
     """
     value = dispatch.model_dump_json()
     headers = [(DISPATCH_ID_HEADER, dispatch.id.encode())]
     key = dispatch.decision.route.encode()
     if exactly_once.ON:
-        return await send(dispatch_log, key, value, headers)
+        written = await send(dispatch_log, key, value, headers)
+        written.add_done_callback(partial(_call_committed, dispatch))
+        return written
     if has_room():
         sent = await dispatch_log.send(key=key, value=value, headers=headers)
         launch(dispatch)
         return sent
     metrics.SPILLED.inc()
     return await spill_log.send(key=dispatch.decision.request_id.encode(), value=value)
+
+
+def _call_committed(dispatch: Dispatch, written: asyncio.Future[Any]) -> None:
+    """Exactly-once: the router's transaction wrote the dispatch, so the decision stands
+    whatever happens next: call now rather than after reading the record back (a broker
+    hop), when the hand-off agent would make the call without waiting (the router has
+    folded the partition as far as :func:`agents.exactly_once.caught_up` asks). The agent
+    then finds the call running and acks the record once it ends; otherwise it makes it."""
+    if written.cancelled() or written.exception() is not None:
+        return  # not committed: the decision is taken back
+    partition = written.result().partition  # the dispatch's: its routing partition
+    if dispatch.id in _running or dispatch.id in _ended:
+        return
+    if exactly_once.caught_up_now(partition):
+        launch(dispatch, partition, in_slot=True)
 
 
 def dispatch_id_of(event: Any) -> str | None:
@@ -96,10 +115,14 @@ def has_room() -> bool:
     return len(_running) < settings.executor_concurrency
 
 
-def launch(dispatch: Dispatch, partition: int | None = None) -> asyncio.Task[None]:
+def launch(
+    dispatch: Dispatch, partition: int | None = None, *, in_slot: bool = False
+) -> asyncio.Task[None]:
     """Start the attempt's call in this process (``partition``: its routing partition,
-    whose transaction takes its records, exactly-once)."""
-    task = asyncio.ensure_future(_call(dispatch, partition))
+    whose transaction takes its records, exactly-once; ``in_slot``: the call waits for
+    one of the exactly-once calls' slots, which its caller did not take)."""
+    call = _call_in_slot(dispatch, partition) if in_slot else _call(dispatch, partition)
+    task = asyncio.ensure_future(call)
     _running[dispatch.id] = task
     task.add_done_callback(lambda done: _end(dispatch.id, done))
     return task
@@ -112,6 +135,11 @@ def _end(dispatch_id: str, task: asyncio.Task[None]) -> None:
     _ended[dispatch_id] = None
     while len(_ended) > _ENDED_KEPT:
         _ended.popitem(last=False)
+
+
+async def _call_in_slot(dispatch: Dispatch, partition: int | None) -> None:
+    async with _slots:
+        await _call(dispatch, partition)
 
 
 async def _call(dispatch: Dispatch, partition: int | None = None) -> None:

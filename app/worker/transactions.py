@@ -13,15 +13,16 @@ once"):
   aborts the transaction: the events are folded again from the committed rows, and send
   the same records, once. The row is what makes an event already applied a no-op, so the
   consumed offsets need not be in the transaction.
-* **The calls** start only from a committed dispatch record (the hand-off agent reads it
-  ``read_committed``), not at once in the deciding worker: a call never runs for a
-  decision that a kill took back. The call's answer, outcome and feedback are written in
-  one transaction. After a partition changes hands, its dispatches wait until the router
-  has folded the routing log up to where it stood once this worker owned the partition
-  (:class:`CatchUp`): every feedback a previous owner committed is then in the row, and a
-  call whose attempt it closed is not made again. A call whose feedback was not
-  committed before a kill is made again (one provider call more, counted once: only
-  one outcome is ever committed).
+* **The calls** start only from a committed dispatch record, so a call never runs for a
+  decision that a kill took back: in the deciding worker once the router's transaction
+  that wrote it is committed, when nothing below makes it wait, else once the hand-off
+  agent reads it ``read_committed`` (agents/handoff.py). The call's answer, outcome and
+  feedback are written in one transaction. After a partition changes hands, its
+  dispatches wait until the router has folded the routing log up to where it stood once
+  this worker owned the partition (:class:`CatchUp`): every feedback a previous owner
+  committed is then in the row, and a call whose attempt it closed is not made again. A
+  call whose feedback was not committed before a kill is made again (one provider call
+  more, counted once: only one outcome is ever committed).
 * **Fencing**: each partition has its own transactional id per role
   (``<app id>-router-<partition>``, ``<app id>-calls-<partition>``). A worker that takes a
   partition over starts its producers first, which aborts a previous owner's open
@@ -291,6 +292,14 @@ class CatchUp:
         except Exception:
             self._ends.pop(partition, None)
             raise
+
+    def known_end(self, partition: int) -> int | None:
+        """The end :meth:`end_of` measured for ``partition`` in this assignment, if it has
+        (None: not measured yet, or the measure failed)."""
+        end = self._ends.get(partition)
+        if end is None or not end.done() or end.cancelled() or end.exception() is not None:
+            return None
+        return end.result()
 
     async def _measure(self, partition: int) -> int:
         consumer = await self._started()
