@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--exactly-once",
         action="store_true",
         help="the worker in exactly-once mode (Kafka): the decision's stage then holds the "
-        "router's commit and the dispatch's read back, the response hop the call's commit",
+        "router's commit, the response hop the call's",
     )
     parser.add_argument("--out", type=Path, default=Path("results"))
 
