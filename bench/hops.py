@@ -137,7 +137,7 @@ async def _drive(stack: Any, args: argparse.Namespace) -> tuple[list[Trace], str
         await driver.stop()
 
 
-class Stamps:
+class WorkerStamps:
     """The worker's stamps: per request id, and per fetched partition batch."""
 
     def __init__(self) -> None:
@@ -154,8 +154,8 @@ class Stamps:
         return batches[at - 1][1] if at else None
 
 
-def read_stamps(paths: Sequence[str], requests_topic: str) -> Stamps:
-    stamps = Stamps()
+def read_stamps(paths: Sequence[str], requests_topic: str) -> WorkerStamps:
+    stamps = WorkerStamps()
     for path in paths:
         with open(path, encoding="utf-8") as lines:
             for line in lines:
@@ -176,7 +176,7 @@ def read_stamps(paths: Sequence[str], requests_topic: str) -> Stamps:
 
 
 def stage_times(
-    traces: Sequence[Trace], stamps: Stamps
+    traces: Sequence[Trace], stamps: WorkerStamps
 ) -> tuple[dict[str, list[float]], list[float]]:
     """Milliseconds per stage, and the added time, of each one-attempt answered request
     that has every stamp."""
