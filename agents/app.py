@@ -45,12 +45,14 @@ class Publisher:
     once). A send refused for the record itself (its size) fails the future.
     """
 
-    __slots__ = ("name", "on_delivered")
+    __slots__ = ("name", "on_delivered", "unacknowledged")
 
     def __init__(self, name: str) -> None:
         self.name = name
         #: Told ``(partition, offset, value)`` of each record the broker acknowledged.
         self.on_delivered: Callable[[int, int, bytes], None] | None = None
+        #: Records sent whose delivery is not settled yet.
+        self.unacknowledged = 0
 
     def get_topic_name(self) -> str:
         return self.name
@@ -70,8 +72,13 @@ class Publisher:
         )
         delivered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         record = _Record(self, key, data, partition, headers, delivered)
+        self.unacknowledged += 1
+        delivered.add_done_callback(self._settled)
         sent.add_done_callback(record.settle)
         return delivered
+
+    def _settled(self, _: asyncio.Future[Any]) -> None:
+        self.unacknowledged -= 1
 
 
 #: Seconds before a record the producer gave up on is sent again (doubling up to the last).

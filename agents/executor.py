@@ -96,12 +96,21 @@ def too_late(dispatch: Dispatch, now: float) -> bool:
     return now > dispatch.deadline + LOST_ATTEMPT_GRACE_S / 2
 
 
-async def run_dispatch(dispatch: Dispatch, partition: int | None = None) -> None:
+class CallTakenBack(Exception):
+    """A call made ahead of its fold that the fold did not decide (app/router/ahead.py):
+    nothing of it is published."""
+
+
+async def run_dispatch(
+    dispatch: Dispatch, partition: int | None = None, claimed: Awaitable[bool] | None = None
+) -> None:
     """Call, publish the outcome and the feedback (and the answer when it is a successful
     final one).
 
     ``partition`` (exactly-once): the routing partition whose transaction writes them;
     :class:`app.worker.transactions.NotCommitted` when it could not (no answer is sent then).
+    ``claimed``: a call ahead of its fold publishes nothing before this is True;
+    :class:`CallTakenBack` when it is False.
     """
     provider = _provider_of(dispatch)
     rules = _output_rules(dispatch)
@@ -117,6 +126,8 @@ async def run_dispatch(dispatch: Dispatch, partition: int | None = None) -> None
         else:
             own, sent = _credential(dispatch, provider), _sent_request(dispatch)
             result = guard_answer(await _call_in_time(dispatch, provider, sink, own, sent), rules)
+        if claimed is not None and not await claimed:
+            raise CallTakenBack(dispatch.id)
         if provider is None:
             provider = _removed_provider(dispatch.decision.provider)
         sealed = _seal(dispatch, result, provider)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, cast
 
@@ -36,9 +36,10 @@ from pydantic import ValidationError
 
 from agents import exactly_once
 from agents.app import app, dispatch_log, dispatch_topic, settings, spill_log, spill_topic
-from agents.executor import run_dispatch
+from agents.executor import CallTakenBack, run_dispatch
 from app import metrics
 from app.contract import Dispatch
+from app.router.ahead import CallsAhead
 from app.routing.keys import KeyState
 from app.routing.state import RouteState, attempt_key
 from app.worker.acks import InOrderAcks
@@ -58,6 +59,8 @@ _acks: InOrderAcks | None = None
 _spill_acks: InOrderAcks | None = None
 #: Spilled calls running in this process.
 _spilled: set[asyncio.Task[None]] = set()
+#: Calls started ahead of their fold (app/router/ahead.py), not claimed yet.
+calls_ahead = CallsAhead()
 
 
 #: The dispatch id, in a header: the hand-off agent reads back this worker's own
@@ -80,6 +83,11 @@ async def hand_off(dispatch: Dispatch, send: Sender = direct) -> asyncio.Future[
         written = await send(dispatch_log, key, value, headers)
         written.add_done_callback(partial(_call_committed, dispatch))
         return written
+    ahead = calls_ahead.claim(dispatch)
+    if ahead is not None:  # the call started ahead of this fold is this one: it goes on
+        sent = await dispatch_log.send(key=key, value=value, headers=headers)
+        _adopt(dispatch.id, ahead)
+        return sent
     if has_room():
         sent = await dispatch_log.send(key=key, value=value, headers=headers)
         launch(dispatch)
@@ -112,7 +120,13 @@ def dispatch_id_of(event: Any) -> str | None:
 
 
 def has_room() -> bool:
-    return len(_running) < settings.executor_concurrency
+    return len(_running) + len(calls_ahead) < settings.executor_concurrency
+
+
+def call_ahead(dispatch: Dispatch, partition: int) -> None:
+    """Start the call the router's fold of a record on its way to the broker will decide
+    (app/router/ahead.py): it publishes nothing until that fold claims it."""
+    calls_ahead.start(dispatch, partition, partial(_call, dispatch, None))
 
 
 def launch(
@@ -123,13 +137,19 @@ def launch(
     one of the exactly-once calls' slots, which its caller did not take)."""
     call = _call_in_slot(dispatch, partition) if in_slot else _call(dispatch, partition)
     task = asyncio.ensure_future(call)
-    _running[dispatch.id] = task
-    task.add_done_callback(lambda done: _end(dispatch.id, done))
+    _adopt(dispatch.id, task)
     return task
 
 
+def _adopt(dispatch_id: str, task: asyncio.Task[None]) -> None:
+    """``task`` makes the dispatch's call here: running, then ended."""
+    _running[dispatch_id] = task
+    task.add_done_callback(lambda done: _end(dispatch_id, done))
+
+
 def _end(dispatch_id: str, task: asyncio.Task[None]) -> None:
-    _running.pop(dispatch_id, None)
+    if _running.get(dispatch_id) is task:
+        del _running[dispatch_id]
     if not task.cancelled() and isinstance(task.exception(), NotCommitted):
         return  # its records were not written: the call is to be made again
     _ended[dispatch_id] = None
@@ -142,11 +162,15 @@ async def _call_in_slot(dispatch: Dispatch, partition: int | None) -> None:
         await _call(dispatch, partition)
 
 
-async def _call(dispatch: Dispatch, partition: int | None = None) -> None:
+async def _call(
+    dispatch: Dispatch, partition: int | None = None, claimed: Awaitable[bool] | None = None
+) -> None:
     try:
-        await run_dispatch(dispatch, partition)
+        await run_dispatch(dispatch, partition, claimed)
     except NotCommitted:
         raise  # the task says so: the hand-off makes the call again if it still owns it
+    except CallTakenBack:
+        return  # made ahead of a fold that decided otherwise: nothing was published
     except Exception as exc:  # an attempt that reports nothing expires in the router
         decision = dispatch.decision
         log.error(
@@ -257,6 +281,7 @@ def _committed_acker(acks: InOrderAcks, event: Any) -> Callable[[asyncio.Task[No
 
 @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _forget_on_revoke(sender: Any, *args: Any, **kwargs: Any) -> None:
+    calls_ahead.take_back_all()
     for acks in (_acks, _spill_acks):
         if acks is not None:
             acks.forget()
@@ -301,5 +326,6 @@ async def spill(stream: StreamT[bytes]) -> None:
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers
 async def _cancel_calls(sender: Any, *args: Any, **kwargs: Any) -> None:
     """Calls still running are left to the partition's next owner (their records are unacked)."""
+    calls_ahead.take_back_all()
     for task in [*_running.values(), *_spilled]:
         task.cancel()

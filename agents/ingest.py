@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: Acks and dead letters under way (a reference each, until done).
 _pending: set[asyncio.Future[Any]] = set()
+#: Told ``(route, record)`` of each accepted request once its routing-log record is sent
+#: (the router's calls ahead: app/router/ahead.py).
+on_accepted: Callable[[str, bytes | str], None] | None = None
 
 
 @app.agent(requests_topic)
@@ -174,6 +177,8 @@ async def _send_accepted(accepted: RequestAccepted, raw: bytes) -> DeadLetter | 
         return value
     sent = await routing_log.send(key=accepted.route.encode(), value=value)
     metrics.REQUESTS.labels(result="accepted").inc()
+    if on_accepted is not None:
+        on_accepted(accepted.route, value)
     return sent
 
 

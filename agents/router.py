@@ -12,6 +12,7 @@ dead-lettered with its reason. A timer publishes the time on every route.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -20,7 +21,7 @@ from faust import StreamT
 from faust.types import TP, EventT
 from pydantic import TypeAdapter, ValidationError
 
-from agents import exactly_once, handoff, policy, replies, route_gauges
+from agents import exactly_once, handoff, ingest, policy, replies, route_gauges
 from agents.app import (
     app,
     deadletter_topic,
@@ -32,13 +33,14 @@ from agents.app import (
 )
 from agents.judge import read_judgement
 from app import metrics
-from app.contract import Response, RouteTick, RoutingLogEvent, derived_id
+from app.contract import RequestAccepted, Response, RouteTick, RoutingLogEvent, derived_id
 from app.ingest import dead_letter
 from app.kafka import bootstrap_servers
 from app.policy.holder import policy_holder
+from app.router.ahead import dispatch_ahead
 from app.router.pipeline import Pipeline, SendFailed
 from app.router.ports import Outbox, RouterPorts, Transactions
-from app.routing.driver import Driver
+from app.routing.driver import Driver, UnknownPolicyVersion
 from app.routing.keys import KeyState
 from app.worker.acks import InOrderAcks
 from app.worker.intake import log_time, position_of
@@ -118,6 +120,10 @@ _acks: InOrderAcks | None = None
 _local = LocalLog()
 #: One fold at a time, whichever way its record came.
 _folding = asyncio.Lock()
+#: Per route, the routing partition its requests were last folded from.
+_partition_of_route: dict[str, int] = {}
+#: The route agent's buffer of records delivered and not folded yet.
+_delivered_queue: asyncio.Queue[Any] | None = None
 
 
 async def _fold_local(partition: int) -> None:
@@ -134,6 +140,10 @@ async def _fold_local(partition: int) -> None:
                 return
             _local.folded(partition, offset, route_name)
             metrics.ROUTER_LOCAL_FOLDS.inc()
+            if isinstance(parsed, RequestAccepted):
+                _partition_of_route[route_name] = partition
+            if handoff.calls_ahead:
+                handoff.calls_ahead.settle(partition, offset)
 
 
 def _owns(partition: int) -> bool:
@@ -146,6 +156,43 @@ if settings.router_local_fold and not exactly_once.ON:
     _local.fold, _local.owns = _fold_local, _owns
     routing_log.on_delivered = _local.offer
 handoff.state_of = _pipeline.state
+
+
+def _call_ahead(route_name: str, value: bytes | str) -> None:
+    """Ingest sent a request's record to the routing log: start its call now when the fold
+    that will decide it can be foreseen (app/router/ahead.py): this worker owns the
+    route's partition, has folded every record of it that it knows of, and has no other
+    routing-log record on its way; the record is then the partition's next."""
+    if routing_log.unacknowledged != 1 or _folding.locked() or not handoff.has_room():
+        return
+    partition = _partition_of_route.get(route_name)
+    if partition is None or _local.waiting.get(partition) or not _owns(partition):
+        return
+    through = _local.folded_through.get(partition)
+    if through is None or (_delivered_queue is not None and not _delivered_queue.empty()):
+        return
+    # In a context of its own: Faust reads a row from the current event's partition, and
+    # the current event here is the request's, on another topic.
+    contextvars.Context().run(_foresee, route_name, value, partition, through + 1)
+
+
+def _foresee(route_name: str, value: bytes | str, partition: int, position: int) -> None:
+    try:
+        event = _routing_event.validate_json(value)
+        state = _pipeline.state(route_name)
+        policy_now = _pipeline.driver.policy_for(state, event)
+        dispatch = dispatch_ahead(state, event, position, policy_now)
+    except (ValidationError, UnknownPolicyVersion):
+        return  # the router's fold says what becomes of it
+    except Exception:  # the call waits for the fold, as without calls ahead
+        log.exception("router: no call ahead for a request of %s", route_name)
+        return
+    if dispatch is not None:
+        handoff.call_ahead(dispatch, partition)
+
+
+if settings.call_ahead and not exactly_once.ON:
+    ingest.on_accepted = _call_ahead
 
 
 def newest_states() -> dict[str, KeyState]:
@@ -169,8 +216,9 @@ async def _stop_reader(sender: Any, *args: Any, **kwargs: Any) -> None:
 
 @app.agent(routing_topic)
 async def route(stream: StreamT[bytes]) -> None:
-    global _acks
+    global _acks, _delivered_queue
     manual: Any = cast(Any, stream).noack()  # acked once a written row includes the event
+    _delivered_queue = manual.channel.queue
 
     async def ack(event: EventT[bytes]) -> None:
         await manual.ack(event)
@@ -188,6 +236,8 @@ async def route(stream: StreamT[bytes]) -> None:
                 safe = await _pipeline.delivered_copy(event, folded_for, message.partition, more)
             else:
                 safe = await _fold_delivered(event, more)
+            if handoff.calls_ahead:
+                handoff.calls_ahead.settle(message.partition, message.offset)
         for done in safe:
             await acks.done(done)
 
@@ -200,6 +250,8 @@ async def _fold_delivered(event: EventT[bytes], more: bool) -> list[Any]:
         await _dead_letter(event, f"unreadable routing-log event: {exc.error_count()} error(s)")
         return [event]
     message = event.message
+    if isinstance(parsed, RequestAccepted):
+        _partition_of_route[parsed.route] = message.partition
     try:
         return await _pipeline.fold(
             parsed, event, message.offset, message.partition, event.value, more

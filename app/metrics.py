@@ -57,6 +57,13 @@ ROUTER_LOCAL_FOLDS = Counter(
     "Routing-log records the router folded as soon as the broker acknowledged them, "
     "written by this worker, before the broker delivered them back.",
 )
+CALLS_AHEAD = Counter(
+    "switchyard_calls_ahead_total",
+    "Calls started while their request's routing-log record was on its way to the "
+    "broker, by verdict: claimed (the router's fold decided the same call) or taken_back "
+    "(it did not: the call was made for nothing).",
+    ["verdict"],
+)
 ROUTER_RECALLS = Counter(
     "switchyard_router_recalls_total",
     "Waiting requests (line), parked attempts (parked) and cached answers (cached) the "

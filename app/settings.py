@@ -144,6 +144,10 @@ class Settings(BaseSettings):
     #: The router folds a routing-log record this worker wrote as soon as the broker
     #: acknowledged it, when it is the next record of its partition (app/worker/local_log.py).
     router_local_fold: bool = True
+    #: With the local fold: a request's call starts while its routing-log record is on its
+    #: way to the broker, when the router's fold of it can be foreseen; its records wait for
+    #: that fold to decide the same call (app/router/ahead.py).
+    call_ahead: bool = True
     #: Exactly-once answers (app/worker/transactions.py): the router's and the calls' records
     #: are written in Kafka transactions and the worker reads ``read_committed``. Needs a
     #: broker with transactions (Apache Kafka; not Tansu); turns the local fold off.

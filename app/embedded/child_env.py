@@ -27,13 +27,14 @@ from pydantic import SecretStr
 from app.kafka_security import KafkaSecurity
 from app.settings import Settings
 
-#: The broker transport's tuning: fetch waits, linger, the router's local fold, Faust's
-#: inline delivery (fields of ``Settings``).
+#: The broker transport's tuning: fetch waits, linger, the router's local fold and calls
+#: ahead, Faust's inline delivery (fields of ``Settings``).
 TRANSPORT_TUNING = (
     "fetch_max_wait_ms",
     "fetch_idle_wait_ms",
     "producer_linger_ms",
     "router_local_fold",
+    "call_ahead",
     "fast_delivery",
 )
 #: Where a child's web server listens, and who may read it.
