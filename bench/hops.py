@@ -12,8 +12,12 @@ from a plain producer to a plain consumer (the clients the driver uses).
 
 The stages of a one-attempt request, as :data:`STAGES` names them; three are the
 broker's round trips (the request hop, the routing record's acknowledgement, the
-response hop), the others the worker's own work. ``added`` is what ``bench throughput``
-calls it: end to end less the provider call the outcome reports.
+response hop), the others the worker's own work. A request whose call started ahead of
+its fold (app/router/ahead.py) takes the way :data:`AHEAD_STAGES` names instead: its
+routing record's acknowledgement and the fold run beside the provider call, and the
+outcome waits for the fold's verdict only when the call ended first. Each way gets its
+own table. ``added`` is what ``bench throughput`` calls it: end to end less the provider
+call the outcome reports.
 """
 
 from __future__ import annotations
@@ -53,6 +57,22 @@ STAGES: tuple[tuple[str, str, str, str], ...] = (
     ("outcome sealed", "call_ended", "publishing", "worker"),
     ("response hop: publish, broker, fetch", "publishing", "received", "broker"),
 )  # fmt: skip
+#: The way of a request whose call started ahead of its fold: the routing record's
+#: acknowledgement (:data:`BESIDE`) runs beside the call.
+AHEAD_STAGES: tuple[tuple[str, str, str, str], ...] = (
+    *STAGES[:4],
+    ("ingest: validate, understand, send, foresee the fold", "ingest", "launched_ahead", "worker"),
+    ("hand-off to the call", "launched_ahead", "call_started", "worker"),
+    *STAGES[8:9],
+    ("outcome sealed, the fold's verdict", "call_ended", "publishing", "worker"),
+    *STAGES[10:],
+)  # fmt: skip
+#: Not on the way of a call ahead, timed beside it.
+BESIDE: tuple[tuple[str, str, str, str], ...] = (
+    ("routing record acknowledged, beside the call", "routing_sent", "routing_acked", "broker"),
+)
+#: Each way a request takes, by name: the stages timed.
+WAYS = {"fold": STAGES, "ahead": AHEAD_STAGES + BESIDE}
 #: Stamps of the records the worker fetched, by topic, partition and first offset.
 FETCH_STAMPS = ("fetched", "thread_returned", "main_loop_got")
 
@@ -104,12 +124,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             )
             async with stack:
                 traces, requests_topic = await _drive(stack, args)
+                verdicts = await calls_ahead(stack.workers[0].web_url)
                 floor = await broker_floor(stack.broker.bootstrap, args.requests, args.rate)
         finally:
             mock.stop()
         stamps = read_stamps(glob.glob(os.path.join(work, "stamps-*.tsv")), requests_topic)
-    stages, added = stage_times(traces, stamps)
-    if not added:
+    ways = {way: stage_times(traces, stamps, way) for way in WAYS}
+    every_added = [ms for _, added in ways.values() for ms in added]
+    if not every_added:
         raise RuntimeError("no request had every stamp: is the clock installed in the worker?")
     return {
         "broker": args.broker,
@@ -117,8 +139,17 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "requests": args.requests,
         "rate": args.rate,
         "date": time.strftime("%Y-%m-%d"),
-        "stages_ms": {name: latency_dict(v) for name, v in stages.items()},
-        "added_ms": latency_dict(added),
+        "ways": {
+            way: {
+                "requests": len(added),
+                "stages_ms": {name: latency_dict(v) for name, v in stages.items()},
+                "added_ms": latency_dict(added),
+            }
+            for way, (stages, added) in ways.items()
+            if added
+        },
+        "added_ms": latency_dict(every_added),
+        "calls_ahead": verdicts,
         "floor_ms": {name: latency_dict(v) for name, v in floor.items()},
     }
 
@@ -135,6 +166,23 @@ async def _drive(stack: Any, args: argparse.Namespace) -> tuple[list[Trace], str
         return driver.since(mark), stack.topics.requests
     finally:
         await driver.stop()
+
+
+async def calls_ahead(web_url: str) -> dict[str, float]:
+    """The worker's calls ahead by verdict (``switchyard_calls_ahead_total``): claimed, and
+    taken back (made for nothing)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"{web_url}/metrics", timeout=10)).text
+    found = {"claimed": 0.0, "taken_back": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name == "switchyard_calls_ahead":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    found[sample.labels["verdict"]] = sample.value
+    return found
 
 
 class WorkerStamps:
@@ -176,11 +224,12 @@ def read_stamps(paths: Sequence[str], requests_topic: str) -> WorkerStamps:
 
 
 def stage_times(
-    traces: Sequence[Trace], stamps: WorkerStamps
+    traces: Sequence[Trace], stamps: WorkerStamps, way: str = "fold"
 ) -> tuple[dict[str, list[float]], list[float]]:
-    """Milliseconds per stage, and the added time, of each one-attempt answered request
-    that has every stamp."""
-    stages: dict[str, list[float]] = {name: [] for name, *_ in STAGES}
+    """Milliseconds per stage of ``way`` (:data:`WAYS`), and the added time, of each
+    one-attempt answered request that took it and has every stamp."""
+    timed = WAYS[way]
+    stages: dict[str, list[float]] = {name: [] for name, *_ in timed}
     added: list[float] = []
     for trace in traces:
         request_id = trace.request_id
@@ -195,9 +244,12 @@ def stage_times(
             found = stamps.fetch_time(stamp, *position)
             if found is not None:
                 times[stamp] = found
-        if not all(start in times and end in times for _, start, end, _ in STAGES):
+        ahead = "launched_ahead" in times
+        if ahead != (way == "ahead") or (ahead and "launched" in times):
+            continue  # another way, or both (a call ahead taken back, then the fold's)
+        if not all(start in times and end in times for _, start, end, _ in timed):
             continue
-        for name, start, end, _ in STAGES:
+        for name, start, end, _ in timed:
             stages[name].append((times[end] - times[start]) * 1000.0)
         added.append(trace.e2e_ms - trace.provider_ms)
     return stages, added
@@ -261,18 +313,33 @@ def print_report(result: Mapping[str, Any]) -> None:
         f"\n### bench hops on {result['broker']}{mode}: {result['requests']} requests at "
         f"{result['rate']:g}/s, one worker\n"
     )
+    for way, timed in result["ways"].items():
+        _print_way(way, timed)
+    ahead = result["calls_ahead"]
+    print(f"\nCalls ahead: {ahead['claimed']:.0f} claimed by their fold, "
+          f"{ahead['taken_back']:.0f} taken back (made for nothing).")  # fmt: skip
+    added = result["added_ms"]
+    print(f"\nAdded, every request: p50 {added['p50']:.2f} ms, p95 {added['p95']:.2f} ms. "
+          "The broker alone: " + "; ".join(
+              f"{name} p50 {summary['p50']:.2f} ms, p95 {summary['p95']:.2f} ms"
+              for name, summary in result["floor_ms"].items()))  # fmt: skip
+
+
+def _print_way(way: str, timed: Mapping[str, Any]) -> None:
+    title = {"fold": "the call started by the fold", "ahead": "the call started ahead"}[way]
+    print(f"\n{title}: {timed['requests']} requests\n")
     print("| stage | whose | p50 ms | p95 ms |\n|---|---|---:|---:|")
-    whose = {name: owner for name, _, _, owner in STAGES}
+    whose = {name: owner for name, _, _, owner in WAYS[way]}
+    beside = {name for name, *_ in BESIDE}
     totals: dict[str, float] = {}
-    for name, summary in result["stages_ms"].items():
+    for name, summary in timed["stages_ms"].items():
         if summary is None:
             continue
-        totals[whose[name]] = totals.get(whose[name], 0.0) + summary["p50"]
+        if name not in beside:
+            totals[whose[name]] = totals.get(whose[name], 0.0) + summary["p50"]
         print(f"| {name} | {whose[name]} | {summary['p50']:.2f} | {summary['p95']:.2f} |")
-    added = result["added_ms"]
+    added = timed["added_ms"]
     print(f"| **added** (end to end less the provider call) | | {added['p50']:.2f} | "
           f"{added['p95']:.2f} |")  # fmt: skip
-    for name, summary in result["floor_ms"].items():
-        print(f"| the broker alone: {name} | broker | {summary['p50']:.2f} | "
-              f"{summary['p95']:.2f} |")  # fmt: skip
-    print("\nSums of the stages' p50s: " + ", ".join(f"{k} {v:.2f} ms" for k, v in totals.items()))
+    sums = ", ".join(f"{k} {v:.2f} ms" for k, v in totals.items())
+    print(f"\nSums of the p50s of the stages on the way: {sums}")

@@ -13,7 +13,7 @@ import pytest
 
 from bench import hop_clock
 from bench.hop_clock import SITE_DIR, STAMPS_ENV, TARGETS
-from bench.hops import STAGES, read_stamps, stage_times
+from bench.hops import AHEAD_STAGES, BESIDE, STAGES, read_stamps, stage_times
 from bench.throughput.driver import Trace
 
 
@@ -96,4 +96,42 @@ def test_stamps_become_stages_for_the_requests_that_have_them_all(tmp_path: Path
     got = {name: values[0] for name, values in stages.items()}
     expected = [1.0, 0.2, 0.3, 0.5, 0.5, 1.0, 0.5, 0.2, 20.0, 0.3, 2.5]
     assert list(got) == [name for name, *_ in STAGES]
+    assert list(got.values()) == pytest.approx(expected, abs=1e-3)
+
+
+def test_a_call_started_ahead_of_its_fold_is_timed_on_its_own_way(tmp_path: Path) -> None:
+    """The routing record's acknowledgement runs beside a call ahead: it is timed, not
+    counted on the way; a request with both kinds of start (a call ahead taken back) is
+    on neither way."""
+    t = 1000.0
+    lines = [
+        (t + 0.001, "fetched", "llm.requests", 2, 7),
+        (t + 0.0012, "thread_returned", "llm.requests", 2, 7),
+        (t + 0.0015, "main_loop_got", "llm.requests", 2, 7),
+        (t + 0.002, "ingest", "a", 2, 7),
+        (t + 0.0026, "launched_ahead", "a"),
+        (t + 0.0027, "routing_sent", "a"),
+        (t + 0.0028, "call_started", "a"),
+        (t + 0.0040, "routing_acked", "a"),
+        (t + 0.0228, "call_ended", "a"),
+        (t + 0.0230, "publishing", "a"),
+        (t + 0.002, "ingest", "b", 2, 8),
+        (t + 0.0026, "launched_ahead", "b"),
+        (t + 0.0027, "routing_sent", "b"),
+        (t + 0.0028, "call_started", "b"),
+        (t + 0.0040, "routing_acked", "b"),
+        (t + 0.0050, "launched", "b"),
+        (t + 0.0228, "call_ended", "b"),
+        (t + 0.0230, "publishing", "b"),
+    ]
+    path = tmp_path / "stamps-1.tsv"
+    path.write_text("".join("\t".join([f"{w:.6f}", *map(str, rest)]) + "\n" for w, *rest in lines))
+    stamps = read_stamps([str(path)], "llm.requests")
+    traces = [_trace("a", t, t + 0.0255), _trace("b", t, t + 0.0255)]
+    assert stage_times(traces, stamps, "fold") == ({name: [] for name, *_ in STAGES}, [])
+    stages, added = stage_times(traces, stamps, "ahead")
+    assert added == pytest.approx([5.5])
+    got = {name: values[0] for name, values in stages.items()}
+    assert list(got) == [name for name, *_ in AHEAD_STAGES + BESIDE]
+    expected = [1.0, 0.2, 0.3, 0.5, 0.6, 0.2, 20.0, 0.2, 2.5, 1.3]
     assert list(got.values()) == pytest.approx(expected, abs=1e-3)

@@ -40,6 +40,7 @@ TARGETS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("self", "active_partitions", "timeout")),
     ("agents.ingest", "ingest_one", ("raw", "source", "when")),
     ("agents.handoff", "launch", ("dispatch", "partition")),
+    ("agents.handoff", "call_ahead", ("dispatch", "partition")),
     ("agents.executor", "_call_in_time", ("dispatch",)),
     ("agents.executor", "_publish", ("sealed", "partition")),
 )  # fmt: skip
@@ -117,13 +118,19 @@ def _ingest(module: Any, stamp: Stamps) -> None:
 
 
 def _handoff(module: Any, stamp: Stamps) -> None:
-    original = module.launch
+    """A call started by the router's fold (``launched``), or ahead of it
+    (``launched_ahead``, app/router/ahead.py)."""
+    launch_original, ahead_original = module.launch, module.call_ahead
 
     def launch(dispatch: Any, *args: Any, **kwargs: Any) -> Any:
         stamp("launched", dispatch.accepted.request.request_id)
-        return original(dispatch, *args, **kwargs)
+        return launch_original(dispatch, *args, **kwargs)
 
-    module.launch = launch
+    def call_ahead(dispatch: Any, *args: Any, **kwargs: Any) -> Any:
+        stamp("launched_ahead", dispatch.accepted.request.request_id)
+        return ahead_original(dispatch, *args, **kwargs)
+
+    module.launch, module.call_ahead = launch, call_ahead
 
 
 def _executor(module: Any, stamp: Stamps) -> None:
