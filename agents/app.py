@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -45,10 +46,12 @@ class Publisher:
     once). A send refused for the record itself (its size) fails the future.
     """
 
-    __slots__ = ("name", "on_delivered", "unacknowledged")
+    __slots__ = ("headers", "name", "on_delivered", "unacknowledged")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, headers: list[tuple[str, bytes]] | None = None) -> None:
         self.name = name
+        #: Headers every record of this writer carries (before a send's own).
+        self.headers = headers
         #: Told ``(partition, offset, value)`` of each record the broker acknowledged.
         self.on_delivered: Callable[[int, int, bytes], None] | None = None
         #: Records sent whose delivery is not settled yet.
@@ -66,6 +69,8 @@ class Publisher:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]:
         data = value.encode() if isinstance(value, str) else value
+        if self.headers is not None:
+            headers = self.headers + (headers or [])
         sent = cast(
             "asyncio.Future[Any]",
             await app.producer.send(self.name, key, data, partition, None, headers),
@@ -141,7 +146,11 @@ requests_topic = _topic(settings.topics.requests)
 routing_topic = _topic(settings.topics.routing)
 dispatch_topic = _topic(settings.topics.dispatch)
 spill_topic = _topic(settings.topics.spill)
-routing_log = Publisher(settings.topics.routing)
+#: This process, on the routing-log records it writes: a router tells its own records
+#: from other processes' (calls ahead, app/router/ahead.py).
+WRITER_HEADER = "switchyard-writer"
+WRITER_ID = uuid.uuid4().hex.encode()
+routing_log = Publisher(settings.topics.routing, headers=[(WRITER_HEADER, WRITER_ID)])
 dispatch_log = Publisher(settings.topics.dispatch)
 spill_log = Publisher(settings.topics.spill)
 decisions_topic = Publisher(settings.topics.decisions)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -23,6 +24,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from agents import exactly_once, handoff, ingest, policy, replies, route_gauges
 from agents.app import (
+    WRITER_HEADER,
+    WRITER_ID,
     app,
     deadletter_topic,
     decisions_topic,
@@ -124,6 +127,13 @@ _folding = asyncio.Lock()
 _partition_of_route: dict[str, int] = {}
 #: The route agent's buffer of records delivered and not folded yet.
 _delivered_queue: asyncio.Queue[Any] | None = None
+#: Per routing partition, when the router last folded a record another process wrote
+#: (monotonic seconds).
+_foreign_at: dict[int, float] = {}
+#: Seconds a partition must have had no such record for a call ahead on it: a guess is
+#: wrong when another process writes to the partition within the round trip, and each
+#: wrong guess is a provider call made for nothing.
+QUIET_FOR_CALLS_AHEAD_S = 1.0
 
 
 async def _fold_local(partition: int) -> None:
@@ -161,8 +171,9 @@ handoff.state_of = _pipeline.state
 def _call_ahead(route_name: str, value: bytes | str) -> None:
     """Ingest sent a request's record to the routing log: start its call now when the fold
     that will decide it can be foreseen (app/router/ahead.py): this worker owns the
-    route's partition, has folded every record of it that it knows of, and has no other
-    routing-log record on its way; the record is then the partition's next."""
+    route's partition, has folded every record of it that it knows of, has no other
+    routing-log record on its way, and no other process wrote to the partition lately;
+    the record is then the partition's next."""
     if routing_log.unacknowledged != 1 or _folding.locked() or not handoff.has_room():
         return
     partition = _partition_of_route.get(route_name)
@@ -170,6 +181,9 @@ def _call_ahead(route_name: str, value: bytes | str) -> None:
         return
     through = _local.folded_through.get(partition)
     if through is None or (_delivered_queue is not None and not _delivered_queue.empty()):
+        return
+    foreign_at = _foreign_at.get(partition)
+    if foreign_at is not None and time.monotonic() - foreign_at < QUIET_FOR_CALLS_AHEAD_S:
         return
     # In a context of its own: Faust reads a row from the current event's partition, and
     # the current event here is the request's, on another topic.
@@ -235,11 +249,18 @@ async def route(stream: StreamT[bytes]) -> None:
             if folded_for is not None:
                 safe = await _pipeline.delivered_copy(event, folded_for, message.partition, more)
             else:
+                if not _written_here(message.headers):
+                    _foreign_at[message.partition] = time.monotonic()
                 safe = await _fold_delivered(event, more)
             if handoff.calls_ahead:
                 handoff.calls_ahead.settle(message.partition, message.offset)
         for done in safe:
             await acks.done(done)
+
+
+def _written_here(headers: Any) -> bool:
+    """Whether a routing-log record's headers name this process as its writer."""
+    return any(name == WRITER_HEADER and value == WRITER_ID for name, value in headers or ())
 
 
 async def _fold_delivered(event: EventT[bytes], more: bool) -> list[Any]:

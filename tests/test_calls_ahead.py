@@ -5,6 +5,7 @@ fold decided the same dispatch; any other fold takes it back."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from types import SimpleNamespace
 from typing import Any
@@ -235,3 +236,64 @@ async def test_the_hand_off_of_another_dispatch_calls_it_and_drops_the_call_ahea
     made.end.set()
     await asyncio.sleep(0.01)
     assert real.id not in handoff._running
+
+
+class Foresight:
+    """The router's wiring of calls ahead (agents/router.py), on a route folded this far."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import agents.router as router
+        from app.worker.local_log import LocalLog
+
+        self.router = router
+        pol = policy()
+        self.driver, self.position = folded_route(pol)
+        self.started: list[tuple[Dispatch, int]] = []
+        local = LocalLog(folded_through={2: self.position - 1})
+        monkeypatch.setattr(router, "_local", local)
+        monkeypatch.setattr(router, "_owns", lambda partition: partition == 2)
+        monkeypatch.setattr(router, "_partition_of_route", {"chat": 2})
+        monkeypatch.setattr(router, "_foreign_at", {})
+        monkeypatch.setattr(router, "_delivered_queue", None)
+        monkeypatch.setattr(router.routing_log, "unacknowledged", 1)
+        monkeypatch.setattr(router._pipeline, "latest", {"chat": self.driver.state("chat")})
+        monkeypatch.setattr(router._pipeline.driver, "policy", lambda: pol)
+        monkeypatch.setattr(router._pipeline.driver, "book", type(self.driver.book)())
+        monkeypatch.setattr(handoff, "has_room", lambda: True)
+        monkeypatch.setattr(
+            handoff, "call_ahead", lambda dispatch, p: self.started.append((dispatch, p))
+        )
+
+    def offer(self, request_id: str) -> list[tuple[Dispatch, int]]:
+        event = accepted(request_id, T0 + 10)
+        self.router._call_ahead("chat", event.model_dump_json())
+        return self.started
+
+
+def test_a_request_on_a_quiet_partition_is_called_ahead_at_the_next_offset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = Foresight(monkeypatch)
+    ((dispatch, partition),) = seen.offer("quiet")
+    (folded,) = seen.driver.fold(dispatch.accepted, seen.position).dispatches
+    assert partition == 2 and dispatch == folded
+
+
+def test_no_call_ahead_where_the_next_offset_cannot_be_foreseen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = Foresight(monkeypatch)
+    router = seen.router
+    monkeypatch.setattr(router.routing_log, "unacknowledged", 2)  # another record on its way
+    assert seen.offer("a") == []
+    monkeypatch.setattr(router.routing_log, "unacknowledged", 1)
+    router._foreign_at[2] = time.monotonic()  # another process wrote to the partition
+    assert seen.offer("b") == []
+    router._foreign_at[2] = time.monotonic() - router.QUIET_FOR_CALLS_AHEAD_S - 0.1
+    monkeypatch.setattr(router, "_owns", lambda partition: False)  # the partition moved
+    assert seen.offer("c") == []
+    monkeypatch.setattr(router, "_owns", lambda partition: True)
+    router._local.waiting[2] = {seen.position + 3: b"{}"}  # acknowledged, not folded yet
+    assert seen.offer("d") == []
+    router._local.waiting.clear()
+    assert [d.decision.request_id for d, _ in seen.offer("e")] == ["e"]  # quiet again
