@@ -37,7 +37,7 @@ class Trace:
 #: Stages of a one-attempt request, as differences of the record timestamps.
 STAGES = (
     "publish → decision (requests hop, ingest, routing hop, router)",
-    "decision → outcome, less the call (the deciding worker calls at once)",
+    "decision → outcome, less the call (below 0: the call started ahead of its decision)",
     "provider call (the mock, client side)",
     "outcome → response (the executor publishes a success itself)",
     "response → client (responses hop)",
