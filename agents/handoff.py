@@ -13,6 +13,10 @@ called now if the route's row still has the attempt open, else dropped: a kill
 loses no attempt, a provider is called twice at most, and the outcome counts once
 (the fold applies an outcome only while its attempt is open).
 
+A call may have started earlier still, ahead of the fold (:func:`call_ahead`,
+app/router/ahead.py): the hand-off of a dispatch equal to it lets it publish
+instead of starting another; the hand-off of any other takes it back.
+
 When the deciding worker has no room left, the dispatch goes to
 ``switchyard.spill`` instead, keyed by request id, and any worker's :func:`spill`
 agent makes the call: a hot route is not capped by one process's HTTP capacity.
@@ -85,9 +89,8 @@ async def hand_off(dispatch: Dispatch, send: Sender = direct) -> asyncio.Future[
         return written
     ahead = calls_ahead.claim(dispatch)
     if ahead is not None:  # the call started ahead of this fold is this one: it goes on
-        sent = await dispatch_log.send(key=key, value=value, headers=headers)
         _adopt(dispatch.id, ahead)
-        return sent
+        return await dispatch_log.send(key=key, value=value, headers=headers)
     if has_room():
         sent = await dispatch_log.send(key=key, value=value, headers=headers)
         launch(dispatch)
