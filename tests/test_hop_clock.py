@@ -13,7 +13,7 @@ import pytest
 
 from bench import hop_clock
 from bench.hop_clock import SITE_DIR, STAMPS_ENV, TARGETS
-from bench.hops import AHEAD_STAGES, BESIDE, STAGES, read_stamps, stage_times
+from bench.hops import AHEAD_STAGES, BESIDE, STAGES, WorkerStamps, read_stamps, stage_times
 from bench.throughput.driver import Trace
 
 
@@ -70,26 +70,38 @@ def _trace(request_id: str, published: float, received: float) -> Trace:
     )  # fmt: skip
 
 
-def test_stamps_become_stages_for_the_requests_that_have_them_all(tmp_path: Path) -> None:
-    t = 1000.0
-    lines = [
-        # One fetched batch of partition 2 starting at offset 7, holding offsets 7 and 8.
-        (t + 0.001, "fetched", "llm.requests", 2, 7),
-        (t + 0.0012, "thread_returned", "llm.requests", 2, 7),
-        (t + 0.0015, "main_loop_got", "llm.requests", 2, 7),
-        (t + 0.0009, "fetched", "llm.responses", 0, 7),  # another topic: not the request's
-        (t + 0.002, "ingest", "a", 2, 8),
-        (t + 0.0025, "routing_sent", "a"),
-        (t + 0.0035, "routing_acked", "a"),
-        (t + 0.004, "launched", "a"),
-        (t + 0.0042, "call_started", "a"),
-        (t + 0.0242, "call_ended", "a"),
-        (t + 0.0245, "publishing", "a"),
-        (t + 0.002, "ingest", "b", 2, 6),  # before any batch of its partition: no stages
-    ]
+T = 1000.0
+#: One fetched batch of partition 2 starting at offset 7, holding offsets 7 and 8.
+FETCHED = [
+    (T + 0.001, "fetched", "llm.requests", 2, 7),
+    (T + 0.0012, "thread_returned", "llm.requests", 2, 7),
+    (T + 0.0015, "main_loop_got", "llm.requests", 2, 7),
+]
+
+
+def stamps_of(tmp_path: Path, lines: list[tuple[object, ...]]) -> WorkerStamps:
+    """The worker's stamps, as read back from a file holding ``lines``."""
     path = tmp_path / "stamps-1.tsv"
     path.write_text("".join("\t".join([f"{w:.6f}", *map(str, rest)]) + "\n" for w, *rest in lines))
-    stamps = read_stamps([str(path)], "llm.requests")
+    return read_stamps([str(path)], "llm.requests")
+
+
+def passages(request_id: str, at_ms: dict[str, float]) -> list[tuple[object, ...]]:
+    """A request's stamps, each ``at_ms`` milliseconds after ``T``."""
+    return [(T + ms / 1000.0, what, request_id) for what, ms in at_ms.items()]
+
+
+def test_stamps_become_stages_for_the_requests_that_have_them_all(tmp_path: Path) -> None:
+    t = T
+    lines = [
+        *FETCHED,
+        (t + 0.0009, "fetched", "llm.responses", 0, 7),  # another topic: not the request's
+        (t + 0.002, "ingest", "a", 2, 8),
+        *passages("a", {"routing_sent": 2.5, "routing_acked": 3.5, "launched": 4.0,
+                        "call_started": 4.2, "call_ended": 24.2, "publishing": 24.5}),
+        (t + 0.002, "ingest", "b", 2, 6),  # before any batch of its partition: no stages
+    ]  # fmt: skip
+    stamps = stamps_of(tmp_path, lines)
     traces = [_trace("a", t, t + 0.027), _trace("b", t, t + 0.027), _trace("c", t, t + 0.03)]
     stages, added = stage_times(traces, stamps)
     assert added == pytest.approx([7.0])
@@ -103,30 +115,17 @@ def test_a_call_started_ahead_of_its_fold_is_timed_on_its_own_way(tmp_path: Path
     """The routing record's acknowledgement runs beside a call ahead: it is timed, not
     counted on the way; a request with both kinds of start (a call ahead taken back) is
     on neither way."""
-    t = 1000.0
+    t = T
+    ahead = {"launched_ahead": 2.6, "routing_sent": 2.7, "call_started": 2.8,
+             "routing_acked": 4.0, "call_ended": 22.8, "publishing": 23.0}  # fmt: skip
     lines = [
-        (t + 0.001, "fetched", "llm.requests", 2, 7),
-        (t + 0.0012, "thread_returned", "llm.requests", 2, 7),
-        (t + 0.0015, "main_loop_got", "llm.requests", 2, 7),
+        *FETCHED,
         (t + 0.002, "ingest", "a", 2, 7),
-        (t + 0.0026, "launched_ahead", "a"),
-        (t + 0.0027, "routing_sent", "a"),
-        (t + 0.0028, "call_started", "a"),
-        (t + 0.0040, "routing_acked", "a"),
-        (t + 0.0228, "call_ended", "a"),
-        (t + 0.0230, "publishing", "a"),
+        *passages("a", ahead),
         (t + 0.002, "ingest", "b", 2, 8),
-        (t + 0.0026, "launched_ahead", "b"),
-        (t + 0.0027, "routing_sent", "b"),
-        (t + 0.0028, "call_started", "b"),
-        (t + 0.0040, "routing_acked", "b"),
-        (t + 0.0050, "launched", "b"),
-        (t + 0.0228, "call_ended", "b"),
-        (t + 0.0230, "publishing", "b"),
+        *passages("b", {**ahead, "launched": 5.0}),
     ]
-    path = tmp_path / "stamps-1.tsv"
-    path.write_text("".join("\t".join([f"{w:.6f}", *map(str, rest)]) + "\n" for w, *rest in lines))
-    stamps = read_stamps([str(path)], "llm.requests")
+    stamps = stamps_of(tmp_path, lines)
     traces = [_trace("a", t, t + 0.0255), _trace("b", t, t + 0.0255)]
     assert stage_times(traces, stamps, "fold") == ({name: [] for name, *_ in STAGES}, [])
     stages, added = stage_times(traces, stamps, "ahead")
