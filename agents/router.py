@@ -127,12 +127,9 @@ _folding = asyncio.Lock()
 _partition_of_route: dict[str, int] = {}
 #: The route agent's buffer of records delivered and not folded yet.
 _delivered_queue: asyncio.Queue[Any] | None = None
-#: Per routing partition, when the router last folded a record another process wrote
-#: (monotonic seconds).
-_foreign_at: dict[int, float] = {}
-#: Seconds a partition must have had no such record for a call ahead on it: a guess is
-#: wrong when another process writes to the partition within the round trip, and each
-#: wrong guess is a provider call made for nothing.
+#: Seconds a partition must have had no record of another process for a call ahead on
+#: it: a guess is wrong when another process writes to the partition within the round
+#: trip, and each wrong guess is a provider call made for nothing.
 QUIET_FOR_CALLS_AHEAD_S = 1.0
 
 
@@ -176,18 +173,17 @@ def _call_ahead(route_name: str, value: bytes | str) -> None:
     the record is then the partition's next."""
     if routing_log.unacknowledged != 1 or _folding.locked() or not handoff.has_room():
         return
+    if _delivered_queue is not None and not _delivered_queue.empty():
+        return  # records delivered, not folded yet
     partition = _partition_of_route.get(route_name)
-    if partition is None or _local.waiting.get(partition) or not _owns(partition):
+    if partition is None or not _owns(partition):
         return
-    through = _local.folded_through.get(partition)
-    if through is None or (_delivered_queue is not None and not _delivered_queue.empty()):
-        return
-    foreign_at = _foreign_at.get(partition)
-    if foreign_at is not None and time.monotonic() - foreign_at < QUIET_FOR_CALLS_AHEAD_S:
+    position = _local.next_offset(partition, time.monotonic(), QUIET_FOR_CALLS_AHEAD_S)
+    if position is None:
         return
     # In a context of its own: Faust reads a row from the current event's partition, and
     # the current event here is the request's, on another topic.
-    contextvars.Context().run(_foresee, route_name, value, partition, through + 1)
+    contextvars.Context().run(_foresee, route_name, value, partition, position)
 
 
 def _foresee(route_name: str, value: bytes | str, partition: int, position: int) -> None:
@@ -250,7 +246,7 @@ async def route(stream: StreamT[bytes]) -> None:
                 safe = await _pipeline.delivered_copy(event, folded_for, message.partition, more)
             else:
                 if not _written_here(message.headers):
-                    _foreign_at[message.partition] = time.monotonic()
+                    _local.delivered_foreign(message.partition, time.monotonic())
                 safe = await _fold_delivered(event, more)
             if handoff.calls_ahead:
                 handoff.calls_ahead.settle(message.partition, message.offset)

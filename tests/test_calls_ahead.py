@@ -253,7 +253,6 @@ class Foresight:
         monkeypatch.setattr(router, "_local", local)
         monkeypatch.setattr(router, "_owns", lambda partition: partition == 2)
         monkeypatch.setattr(router, "_partition_of_route", {"chat": 2})
-        monkeypatch.setattr(router, "_foreign_at", {})
         monkeypatch.setattr(router, "_delivered_queue", None)
         monkeypatch.setattr(router.routing_log, "unacknowledged", 1)
         monkeypatch.setattr(router._pipeline, "latest", {"chat": self.driver.state("chat")})
@@ -287,9 +286,9 @@ def test_no_call_ahead_where_the_next_offset_cannot_be_foreseen(
     monkeypatch.setattr(router.routing_log, "unacknowledged", 2)  # another record on its way
     assert seen.offer("a") == []
     monkeypatch.setattr(router.routing_log, "unacknowledged", 1)
-    router._foreign_at[2] = time.monotonic()  # another process wrote to the partition
+    router._local.delivered_foreign(2, time.monotonic())  # another process wrote there
     assert seen.offer("b") == []
-    router._foreign_at[2] = time.monotonic() - router.QUIET_FOR_CALLS_AHEAD_S - 0.1
+    router._local.delivered_foreign(2, time.monotonic() - router.QUIET_FOR_CALLS_AHEAD_S - 0.1)
     monkeypatch.setattr(router, "_owns", lambda partition: False)  # the partition moved
     assert seen.offer("c") == []
     monkeypatch.setattr(router, "_owns", lambda partition: True)

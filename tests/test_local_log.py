@@ -107,6 +107,26 @@ async def test_a_rebalance_forgets_every_partition() -> None:
     assert log.folded_through == {} and log.delivered(2, 1) is None
 
 
+async def test_the_next_offset_is_known_only_where_every_known_record_is_folded() -> None:
+    """The offset the next record of a partition will have (for calls ahead): unknown
+    before the broker delivered from the partition, while a record waits to be folded,
+    within the quiet time after another process's record, and after a rebalance."""
+    log = LocalLog()
+    Folds(log)
+    assert log.next_offset(3, now=100.0, quiet_s=1.0) is None
+    log.delivered(3, 7)
+    assert log.next_offset(3, now=100.0, quiet_s=1.0) == 8
+    log.offer(3, 9, b"r9")  # 8 was written elsewhere, not read yet: 9 waits
+    assert log.next_offset(3, now=100.0, quiet_s=1.0) is None
+    log.delivered_foreign(3, now=100.0)
+    assert log.delivered(3, 8) is None
+    await settle()  # 9 folded from here
+    assert log.next_offset(3, now=100.5, quiet_s=1.0) is None  # another process wrote
+    assert log.next_offset(3, now=101.5, quiet_s=1.0) == 10
+    log.forget()
+    assert log.next_offset(3, now=200.0, quiet_s=1.0) is None
+
+
 async def test_the_fold_runs_outside_the_senders_event() -> None:
     """The acknowledgement's callback runs in the sender's context (the ingest's event of
     ``llm.requests``), and Faust reads a table row from the current event's partition:

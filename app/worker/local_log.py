@@ -16,6 +16,9 @@ sends it includes were acknowledged). A gap — a record of that partition anoth
 process wrote, not read yet — stops the shortcut until the broker's copies fill it:
 the records wait here, and are dropped once the broker delivered them. Nothing here
 decides anything; it only moves a record's fold earlier, never out of order.
+
+It also says which offset a partition's next record will have, when this worker can
+foresee it (:meth:`LocalLog.next_offset`, for calls ahead: app/router/ahead.py).
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ class LocalLog:
     #: Whether this worker's consumer is assigned the partition now: a record of a
     #: partition just revoked may still come out of a stream's buffer.
     owns: Callable[[int], bool] = lambda _: True
+    #: Per partition, when the broker last delivered a record another process wrote
+    #: (monotonic seconds).
+    foreign_at: dict[int, float] = field(default_factory=dict)
     _folding: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -112,6 +118,23 @@ class LocalLog:
                 self._start(partition)
         return route
 
+    def delivered_foreign(self, partition: int, now: float) -> None:
+        """The broker delivered a record of ``partition`` another process wrote."""
+        self.foreign_at[partition] = now
+
+    def next_offset(self, partition: int, now: float, quiet_s: float) -> int | None:
+        """The offset of the partition's next record, when this worker can tell it: it has
+        folded every record of the partition it knows of, and no other process wrote
+        there within ``quiet_s`` seconds (one may have a record on its way); else None.
+        Whether this worker has a record of its own on the way is its writer's to say."""
+        through = self.folded_through.get(partition)
+        if through is None or self.waiting.get(partition):
+            return None
+        foreign = self.foreign_at.get(partition)
+        if foreign is not None and now - foreign < quiet_s:
+            return None
+        return through + 1
+
     def next_record(self, partition: int) -> tuple[int, bytes] | None:
         """The partition's next record, when it is here."""
         through = self.folded_through.get(partition)
@@ -139,6 +162,7 @@ class LocalLog:
         self.waiting.clear()
         self.folded_here.clear()
         self.ahead.clear()
+        self.foreign_at.clear()
 
 
 def _drop_through(held: dict[int, bytes], offset: int) -> None:
