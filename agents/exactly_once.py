@@ -100,7 +100,7 @@ async def caught_up(partition: int, route: str) -> bool:
     while owns(partition):
         assignment = folded.assignment
         end = await _catch_up.end_of(partition)
-        if folded.through.get(partition, -1) >= end - 1 and folded.assignment == assignment:
+        if _folded_to(partition, end) and folded.assignment == assignment:
             return True
         # A record after the end, so that the router acks past it even on an idle route.
         now = datetime.now(UTC)
@@ -119,7 +119,12 @@ def caught_up_now(partition: int) -> bool:
     if not owns(partition):
         return False
     end = _catch_up.known_end(partition)
-    return end is not None and folded.through.get(partition, -1) >= end - 1
+    return end is not None and _folded_to(partition, end)
+
+
+def _folded_to(partition: int, end: int) -> bool:
+    """The router has folded the partition up to ``end`` (exclusive)."""
+    return folded.through.get(partition, -1) >= end - 1
 
 
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub lacks async receivers

@@ -5,25 +5,17 @@ still decided, called, answered and learnt once."""
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 
-import httpx
 import pytest
 from stack_helpers import chat, collect, total_pulls, wait_for_pulls, warm_up
 
 from app.client import RequestPublisher, TopicFollower
 from app.embedded.stack import EmbeddedStack
+from bench.hops import calls_ahead
 
 pytestmark = pytest.mark.broker
-
-
-def calls_ahead(metrics: str, verdict: str) -> float:
-    found = re.search(
-        rf'^switchyard_calls_ahead_total{{verdict="{verdict}"}} (\S+)$', metrics, re.M
-    )
-    return 0.0 if found is None else float(found.group(1))
 
 
 async def test_requests_one_at_a_time_are_called_ahead_and_counted_once(
@@ -56,8 +48,8 @@ async def test_requests_one_at_a_time_are_called_ahead_and_counted_once(
     stats = await wait_for_pulls(port, len(ids) + 1)
     assert total_pulls(stats) == len(ids) + 1  # every call learnt once
 
-    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    verdicts = await calls_ahead(stack.workers[0].web_url)
     # The route's first request teaches the worker its partition; later ones come to an
     # idle partition (a tick of the route's clock may take one back).
-    assert calls_ahead(metrics, "claimed") >= len(ids) - 2, metrics
-    assert calls_ahead(metrics, "taken_back") <= 1
+    assert verdicts["claimed"] >= len(ids) - 2, verdicts
+    assert verdicts["taken_back"] <= 1

@@ -107,7 +107,7 @@ class CallsAhead:
         if ahead.dispatch != dispatch:
             _take_back(ahead)
             return None
-        _settle(ahead, True)
+        _give_verdict(ahead, True)
         metrics.CALLS_AHEAD.labels(verdict="claimed").inc()
         return ahead.task
 
@@ -132,7 +132,7 @@ class CallsAhead:
             _take_back(ahead)
 
 
-def _settle(ahead: _Ahead, claimed: bool) -> None:
+def _give_verdict(ahead: _Ahead, claimed: bool) -> None:
     if ahead.timeout is not None:
         ahead.timeout.cancel()
     if not ahead.verdict.done():
@@ -140,6 +140,6 @@ def _settle(ahead: _Ahead, claimed: bool) -> None:
 
 
 def _take_back(ahead: _Ahead) -> None:
-    _settle(ahead, False)
+    _give_verdict(ahead, False)
     ahead.task.cancel()  # a call still running ends now; one that ended drops its answer
     metrics.CALLS_AHEAD.labels(verdict="taken_back").inc()
